@@ -1,0 +1,47 @@
+# One entry point for everything: `make test` on a fresh clone creates .venv, installs the pinned
+# Python stack and the npm CDK CLI, then runs every suite. Nothing here needs an AWS account or Docker.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+CDK_CLI_VERSION := 2.1148.1
+CDK := $(VENV)/cdk-cli/node_modules/.bin/cdk
+export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+export AWS_DEFAULT_REGION ?= us-east-1
+
+.PHONY: install test lint unit integration infra synth clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -U 'pip>=25.1'
+	$(PY) -m pip install -q --disable-pip-version-check --group dev
+	touch $@
+
+$(CDK):
+	npm install --silent --no-audit --no-fund --prefix $(VENV)/cdk-cli aws-cdk@$(CDK_CLI_VERSION)
+
+install: $(VENV)/.installed $(CDK)
+
+lint: install
+	$(VENV)/bin/ruff check infra functions tests
+	$(VENV)/bin/ruff format --check infra functions tests
+
+test: install lint
+	$(PY) -m pytest -n 2 --dist loadgroup
+
+unit: install
+	$(PY) -m pytest tests/unit
+
+integration: install
+	$(PY) -m pytest tests/integration
+
+infra: install
+	$(PY) -m pytest tests/infra
+
+# Synthesizes offline (no AWS account): the dependency layer is built by local pip, not Docker.
+synth: install
+	$(CDK) synth --quiet --app "$(PY) -m infra.app"
+	@ls cdk.out/*.template.json
+
+clean:
+	rm -rf $(VENV) cdk.out .pytest_cache .ruff_cache
