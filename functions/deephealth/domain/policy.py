@@ -120,7 +120,5 @@ def parse_config(raw: object) -> ControllerConfig:
     try:
         return ControllerConfig.model_validate(raw)
     except ValidationError as err:
-        problems = [
-            f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in err.errors()
-        ]
+        problems = [f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in err.errors()]
         raise ConfigError("invalid hyperpod-dhc configuration: " + "; ".join(problems)) from None

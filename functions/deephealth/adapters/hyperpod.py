@@ -1,0 +1,183 @@
+"""SageMaker HyperPod control-plane calls, with errors mapped onto the workflow's exception names."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from deephealth.adapters import aws
+from deephealth.domain.errors import ClusterBusy, ClusterNotFound, Throttled, TransientError
+from deephealth.domain.nodes import Action, NodeSnapshot
+from deephealth.domain.rounds import MAX_NODES_PER_ACTION_CALL, chunks
+
+THROTTLING_CODES = frozenset(
+    {"ThrottlingException", "Throttling", "TooManyRequestsException", "RequestLimitExceeded", "SlowDown"}
+)
+NOT_FOUND_CODES = frozenset({"ResourceNotFound", "ResourceNotFoundException"})
+# The error for a second active check is undocumented: treat a conflict/validation error that says so as busy.
+BUSY_CODES = frozenset({"ValidationException", "ConflictException", "ResourceInUse", "ResourceInUseException"})
+BUSY_WORDS = ("already", "in progress", "active", "ongoing", "one on-demand")
+
+
+@dataclass(frozen=True)
+class GroupInfo:
+    name: str
+    node_type: str | None  # SlurmConfig.NodeType: Controller | Login | Compute, None when not set
+    on_start_checks: tuple[str, ...] = ()
+    instance_type: str | None = None
+
+    @property
+    def worker(self) -> bool:
+        return self.node_type not in ("Controller", "Login")
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    name: str
+    cluster_id: str
+    arn: str
+    status: str
+    node_recovery: str
+    groups: dict[str, GroupInfo] = field(default_factory=dict)
+
+    @property
+    def log_group(self) -> str:
+        return f"/aws/sagemaker/Clusters/{self.name}/{self.cluster_id}"
+
+
+@dataclass(frozen=True)
+class ActionOutcome:
+    key: str  # the id we sent (logical id or instance id)
+    ok: bool
+    code: str = ""
+    message: str = ""
+
+
+def _raise_mapped(err: ClientError | BotoCoreError, busy_ok: bool = False) -> None:
+    if isinstance(err, BotoCoreError):
+        raise TransientError(str(err)) from err
+    code = err.response.get("Error", {}).get("Code", "")
+    message = err.response.get("Error", {}).get("Message", "")
+    status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+    if code in THROTTLING_CODES:
+        raise Throttled(f"{code}: {message}") from err
+    if code in NOT_FOUND_CODES:
+        raise ClusterNotFound(message or code) from err
+    if busy_ok and code in BUSY_CODES and any(w in message.lower() for w in BUSY_WORDS):
+        raise ClusterBusy(message) from err
+    if status >= 500 or code in ("InternalFailure", "InternalServerError", "ServiceUnavailable"):
+        raise TransientError(f"{code}: {message}") from err
+    raise err
+
+
+class HyperPod:
+    def __init__(self, sagemaker: Any | None = None) -> None:
+        self._sm = sagemaker
+
+    @property
+    def sm(self) -> Any:
+        return self._sm or aws.client("sagemaker")
+
+    def describe_cluster(self, cluster: str) -> ClusterInfo:
+        try:
+            d = self.sm.describe_cluster(ClusterName=cluster)
+        except (ClientError, BotoCoreError) as err:
+            _raise_mapped(err)
+        groups = {
+            g["InstanceGroupName"]: GroupInfo(
+                name=g["InstanceGroupName"],
+                node_type=(g.get("SlurmConfig") or {}).get("NodeType"),
+                on_start_checks=tuple(g.get("OnStartDeepHealthChecks") or ()),
+                instance_type=g.get("InstanceType"),
+            )
+            for g in d.get("InstanceGroups", [])
+        }
+        arn = d["ClusterArn"]
+        return ClusterInfo(
+            name=d["ClusterName"],
+            cluster_id=arn.rsplit("/", 1)[-1],
+            arn=arn,
+            status=d.get("ClusterStatus", ""),
+            node_recovery=d.get("NodeRecovery", "Automatic"),
+            groups=groups,
+        )
+
+    def list_cluster_names(self) -> list[str]:
+        try:
+            pages = self.sm.get_paginator("list_clusters").paginate()
+            return [
+                c["ClusterName"]
+                for p in pages
+                for c in p.get("ClusterSummaries", [])
+                if c.get("ClusterStatus") not in ("Deleting", "Failed")
+            ]
+        except (ClientError, BotoCoreError) as err:
+            _raise_mapped(err)
+        return []
+
+    def list_nodes(self, cluster: str) -> list[NodeSnapshot]:
+        """Every node of the cluster, provisioning ones included, in one paginated pass."""
+        try:
+            pages = self.sm.get_paginator("list_cluster_nodes").paginate(
+                ClusterName=cluster, IncludeNodeLogicalIds=True, PaginationConfig={"PageSize": 100}
+            )
+            return [_snapshot(s) for p in pages for s in p.get("ClusterNodeSummaries", [])]
+        except (ClientError, BotoCoreError) as err:
+            _raise_mapped(err)
+        return []
+
+    def describe_node(self, cluster: str, logical_id: str | None, instance_id: str | None) -> NodeSnapshot | None:
+        params = {"NodeLogicalId": logical_id} if logical_id else {"NodeId": instance_id}
+        try:
+            d = self.sm.describe_cluster_node(ClusterName=cluster, **params)["NodeDetails"]
+        except ClientError as err:
+            code = err.response.get("Error", {}).get("Code", "")
+            if code == "ValidationException" and "node" in err.response["Error"].get("Message", "").lower():
+                return None  # unknown node id
+            _raise_mapped(err)
+        except BotoCoreError as err:
+            _raise_mapped(err)
+        return _snapshot(d)
+
+    def start_health_check(self, cluster: str, configurations: list[dict]) -> None:
+        try:
+            self.sm.start_cluster_health_check(ClusterName=cluster, DeepHealthCheckConfigurations=configurations)
+        except (ClientError, BotoCoreError) as err:
+            _raise_mapped(err, busy_ok=True)
+
+    def act(
+        self, cluster: str, action: Action, logical_ids: Iterable[str], instance_ids: Iterable[str]
+    ) -> list[ActionOutcome]:
+        """BatchReboot/BatchReplaceClusterNodes in calls of at most 25 ids per list."""
+        call = self.sm.batch_reboot_cluster_nodes if action == Action.REBOOT else self.sm.batch_replace_cluster_nodes
+        outcomes: list[ActionOutcome] = []
+        for param, ids in (("NodeLogicalIds", list(logical_ids)), ("NodeIds", list(instance_ids))):
+            for part in chunks(ids, MAX_NODES_PER_ACTION_CALL):
+                try:
+                    r = call(ClusterName=cluster, **{param: part})
+                except (ClientError, BotoCoreError) as err:
+                    _raise_mapped(err)
+                if param == "NodeIds":
+                    ok, failed, id_key = r.get("Successful", []), r.get("Failed", []), "NodeId"
+                else:
+                    ok, failed = r.get("SuccessfulNodeLogicalIds", []), r.get("FailedNodeLogicalIds", [])
+                    id_key = "NodeLogicalId"
+                outcomes += [ActionOutcome(key=k, ok=True) for k in ok]
+                outcomes += [
+                    ActionOutcome(key=f[id_key], ok=False, code=f.get("ErrorCode", ""), message=f.get("Message", ""))
+                    for f in failed
+                ]
+        return outcomes
+
+
+def _snapshot(s: dict) -> NodeSnapshot:
+    return NodeSnapshot(
+        group=s["InstanceGroupName"],
+        instance_id=s.get("InstanceId") or None,
+        logical_id=s.get("NodeLogicalId"),
+        status=(s.get("InstanceStatus") or {}).get("Status", "Pending"),
+        instance_type=s.get("InstanceType"),
+    )

@@ -1,0 +1,164 @@
+"""The controller's DynamoDB table: one item per node, one round/lease item and one registry item per cluster.
+
+Keys: pk = "CLUSTER#<name>"; sk = "NODE#<node key>" | "ROUND". Registry: pk = "CLUSTERS", sk = <name>.
+A node item carries the record as JSON plus the attributes conditions need (state, version), and every write
+is conditional on the version read, so two writers never silently overwrite each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from boto3.dynamodb.conditions import Attr, Key
+from botocore.exceptions import ClientError
+
+from deephealth.adapters import aws
+from deephealth.domain.errors import StaleRecord
+from deephealth.domain.nodes import NodeRecord
+
+NODE_PREFIX = "NODE#"
+ROUND_SK = "ROUND"
+REGISTRY_PK = "CLUSTERS"
+
+
+def cluster_pk(cluster: str) -> str:
+    return f"CLUSTER#{cluster}"
+
+
+@dataclass(frozen=True)
+class RoundMeta:
+    seq: int = 0
+    holder: str | None = None
+    lease_expires_at: float = 0.0
+
+
+class NodeTable:
+    def __init__(self, table_name: str, table: Any | None = None) -> None:
+        self._name = table_name
+        self._table = table
+
+    @property
+    def t(self) -> Any:
+        return self._table or aws.table(self._name)
+
+    # -- nodes ---------------------------------------------------------------------------------------
+    def load_cluster(self, cluster: str) -> dict[str, NodeRecord]:
+        records: dict[str, NodeRecord] = {}
+        kwargs: dict[str, Any] = {
+            "KeyConditionExpression": Key("pk").eq(cluster_pk(cluster)) & Key("sk").begins_with(NODE_PREFIX)
+        }
+        while True:
+            page = self.t.query(**kwargs)
+            for item in page.get("Items", []):
+                record = _record(item)
+                records[record.key] = record
+            if "LastEvaluatedKey" not in page:
+                return records
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def get(self, cluster: str, key: str) -> NodeRecord | None:
+        item = self.t.get_item(Key={"pk": cluster_pk(cluster), "sk": NODE_PREFIX + key}, ConsistentRead=True)
+        return _record(item["Item"]) if "Item" in item else None
+
+    def save(self, record: NodeRecord) -> NodeRecord:
+        """Write `record` if nobody wrote the node since it was read; returns it with the new version."""
+        saved = record.model_copy(update={"version": record.version + 1})
+        condition = Attr("pk").not_exists() if record.version == 0 else Attr("version").eq(record.version)
+        item = {
+            "pk": cluster_pk(record.cluster),
+            "sk": NODE_PREFIX + record.key,
+            "state": saved.state.value,
+            "group": saved.group,
+            "version": saved.version,
+            "doc": saved.model_dump_json(exclude={"version"}),
+        }
+        if saved.round_id:
+            item["round_id"] = saved.round_id
+        try:
+            self.t.put_item(Item=item, ConditionExpression=condition)
+        except ClientError as err:
+            if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                raise StaleRecord(f"{record.cluster}/{record.key} changed since version {record.version}") from None
+            raise
+        return saved
+
+    # -- cluster registry: lets the reconciler close out clusters that vanished from ListClusters ------
+    def register_cluster(self, cluster: str) -> None:
+        self.t.put_item(Item={"pk": REGISTRY_PK, "sk": cluster})
+
+    def registered_clusters(self) -> list[str]:
+        out: list[str] = []
+        kwargs: dict[str, Any] = {"KeyConditionExpression": Key("pk").eq(REGISTRY_PK)}
+        while True:
+            page = self.t.query(**kwargs)
+            out += [i["sk"] for i in page.get("Items", [])]
+            if "LastEvaluatedKey" not in page:
+                return out
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def unregister_cluster(self, cluster: str) -> None:
+        self.t.delete_item(Key={"pk": REGISTRY_PK, "sk": cluster})
+
+    # -- rounds: sequence number + lease ----------------------------------------------------------------
+    def round_meta(self, cluster: str) -> RoundMeta:
+        item = self.t.get_item(Key={"pk": cluster_pk(cluster), "sk": ROUND_SK}, ConsistentRead=True).get("Item")
+        if not item:
+            return RoundMeta()
+        return RoundMeta(
+            seq=int(item.get("seq", 0)),
+            holder=item.get("holder"),
+            lease_expires_at=float(item.get("lease_expires_at", 0)),
+        )
+
+    def acquire_lease(self, cluster: str, seq: int, holder: str, now: float, ttl_s: float) -> bool:
+        """Take (or renew) the cluster's lease for round `seq`; False if another round holds it."""
+        seq_ok = Attr("seq").eq(seq) if seq else (Attr("seq").not_exists() | Attr("seq").eq(0))
+        free = Attr("holder").not_exists() | Attr("holder").eq(holder) | Attr("lease_expires_at").lt(int(now))
+        try:
+            self.t.update_item(
+                Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
+                UpdateExpression="SET holder = :h, lease_expires_at = :exp, seq = if_not_exists(seq, :seq)",
+                ConditionExpression=seq_ok & free,
+                ExpressionAttributeValues={":h": holder, ":exp": int(now + ttl_s), ":seq": seq},
+            )
+            return True
+        except ClientError as err:
+            if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+
+    def release_lease(self, cluster: str, holder: str) -> bool:
+        """Release the lease and advance the round sequence; False if `holder` no longer held it."""
+        try:
+            self.t.update_item(
+                Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
+                UpdateExpression="SET seq = seq + :one REMOVE holder, lease_expires_at",
+                ConditionExpression=Attr("holder").eq(holder),
+                ExpressionAttributeValues={":one": 1},
+            )
+            return True
+        except ClientError as err:
+            if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+
+    def skip_round(self, cluster: str, seq: int) -> bool:
+        """Advance past round `seq` whose execution ended without releasing (stopped, timed out)."""
+        seq_ok = Attr("seq").eq(seq) if seq else (Attr("seq").not_exists() | Attr("seq").eq(0))
+        try:
+            self.t.update_item(
+                Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
+                UpdateExpression="SET seq = :next REMOVE holder, lease_expires_at",
+                ConditionExpression=seq_ok,
+                ExpressionAttributeValues={":next": seq + 1},
+            )
+            return True
+        except ClientError as err:
+            if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+
+
+def _record(item: dict) -> NodeRecord:
+    return NodeRecord.model_validate_json(item["doc"]).model_copy(update={"version": int(item["version"])})

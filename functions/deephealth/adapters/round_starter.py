@@ -1,0 +1,47 @@
+"""Starting a cluster's next check round, idempotently.
+
+Execution names are deterministic (`<cluster>-r<seq>`), so any number of concurrent starters for the same
+round produce one execution (Standard workflows return the running execution for a same-name, same-input
+start). A round that ended without releasing its lease (stopped, timed out) is skipped over.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from deephealth.adapters import aws
+from deephealth.adapters.node_table import NodeTable
+from deephealth.domain.rounds import round_name
+
+
+class RoundStarter:
+    def __init__(self, table: NodeTable, state_machine_arn: str, sfn: Any | None = None) -> None:
+        self._table = table
+        self._arn = state_machine_arn
+        self._sfn = sfn
+
+    @property
+    def sfn(self) -> Any:
+        return self._sfn or aws.client("stepfunctions")
+
+    def ensure_round(self, cluster: str) -> str | None:
+        """Name of the running (or just started) round for `cluster`."""
+        for _ in range(3):
+            seq = self._table.round_meta(cluster).seq
+            name = round_name(cluster, seq)
+            payload = json.dumps({"cluster": cluster, "round_seq": seq}, sort_keys=True)
+            try:
+                self.sfn.start_execution(stateMachineArn=self._arn, name=name, input=payload)
+                return name
+            except ClientError as err:
+                if err.response["Error"]["Code"] != "ExecutionAlreadyExists":
+                    raise
+            execution_arn = self._arn.replace(":stateMachine:", ":execution:") + ":" + name
+            if self.sfn.describe_execution(executionArn=execution_arn)["status"] == "RUNNING":
+                return name
+            if self._table.round_meta(cluster).seq == seq:
+                self._table.skip_round(cluster, seq)
+        return None

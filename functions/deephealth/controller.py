@@ -1,0 +1,456 @@
+"""The controller's use cases: each handler makes exactly one call into this module.
+
+Here the pure domain meets the adapters: read state (HyperPod, DynamoDB, result logs), decide with the
+domain's pure functions, write every change conditionally and log it as an audit decision.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from deephealth.adapters.hyperpod import ClusterInfo, HyperPod
+from deephealth.adapters.node_table import NodeTable
+from deephealth.adapters.result_logs import ResultLogs
+from deephealth.adapters.round_starter import RoundStarter
+from deephealth.domain.errors import ClusterNotFound, StaleRecord
+from deephealth.domain.events import ClusterSignal, Ignored, NodeSignal
+from deephealth.domain.nodes import IN_PROGRESS, RUNNING, Action, Decision, NodeRecord, NodeState, transition
+from deephealth.domain.observe import GroupContext, Observation, close_out, mark_unhealthy, observe
+from deephealth.domain.policy import ControllerConfig
+from deephealth.domain.recovery import action_refused, action_started, due_action, plan_recovery
+from deephealth.domain.rounds import (
+    LEASE_TTL_S,
+    RoundState,
+    build_check_request,
+    claimable,
+    expected_check_s,
+    gather_delay,
+    next_wait,
+    round_name,
+    select_for_round,
+)
+from deephealth.observability import MetricUnit, logger, metrics
+
+CLOSING_STATUSES = frozenset({"Deleting", "Failed"})
+MAX_POLLS = 2000  # a hard stop far beyond any check timeout, in case the clock misbehaves
+
+
+@dataclass
+class ClusterView:
+    info: ClusterInfo
+    groups: dict[str, GroupContext]
+    records: dict[str, NodeRecord] = field(default_factory=dict)
+
+
+class Controller:
+    def __init__(
+        self,
+        table: NodeTable,
+        hyperpod: HyperPod,
+        config: Callable[[], ControllerConfig],
+        clock: Callable[[], float],
+        logs: ResultLogs | None = None,
+        starter: RoundStarter | None = None,
+    ) -> None:
+        self.table = table
+        self.hyperpod = hyperpod
+        self.config = config
+        self.clock = clock
+        self.logs = logs or ResultLogs()
+        self.starter = starter
+
+    # -- intake ----------------------------------------------------------------------------------------
+    def handle_signal(self, signal: NodeSignal | ClusterSignal | Ignored) -> str:
+        """Act on one classified event; returns what happened, for the log."""
+        if isinstance(signal, Ignored):
+            metrics.add_metric(name="IgnoredEvents", unit=MetricUnit.Count, value=1)
+            return f"ignored: {signal.reason}"
+        if not self.config().watches(signal.cluster):
+            metrics.add_metric(name="IgnoredEvents", unit=MetricUnit.Count, value=1)
+            return f"ignored: cluster {signal.cluster} is not configured"
+        if isinstance(signal, ClusterSignal):
+            if signal.closing:
+                return self.reconcile_cluster(signal.cluster, trigger=signal.event_id)
+            return self.reconcile_cluster(signal.cluster, trigger=signal.event_id)
+        return self._node_signal(signal)
+
+    def _node_signal(self, signal: NodeSignal) -> str:
+        try:
+            view = self._view(signal.cluster, load_records=False)
+        except ClusterNotFound:
+            return self.close_cluster(signal.cluster, "cluster not found", signal.event_id)
+        snapshot = self.hyperpod.describe_node(signal.cluster, signal.logical_id, signal.instance_id)
+        key = (snapshot.key if snapshot else None) or signal.logical_id
+        if not key:
+            return f"ignored: node {signal.instance_id} not found"
+        record = self.table.get(signal.cluster, key)
+        obs = Observation(
+            now=self.clock(),
+            node_recovery=view.info.node_recovery,
+            trigger=signal.event_id,
+            may_judge=False,
+            groups=view.groups,
+        )
+        change = observe(signal.cluster, record, snapshot, obs)
+        if change is None and signal.unhealthy and record is not None:
+            change = mark_unhealthy(record, signal.reason, obs.now, signal.event_id)
+        if change is None:
+            return "no change"
+        saved = self._save([change])
+        if saved and saved[0].state == NodeState.PENDING and saved[0].ready_at is not None:
+            self._start_round(signal.cluster)
+        return f"{change[1].from_state} -> {change[1].to_state}"
+
+    # -- reconciliation ------------------------------------------------------------------------------
+    def reconcile(self) -> dict[str, str]:
+        """Level-triggered pass over every configured cluster (and every cluster we hold records for)."""
+        config = self.config()
+        names = set(self.table.registered_clusters())
+        names |= set(self.hyperpod.list_cluster_names() if config.clusters == "all" else config.clusters)
+        results = {}
+        for name in sorted(n for n in names if config.watches(n)):
+            try:
+                results[name] = self.reconcile_cluster(name, trigger="reconcile")
+            except Exception as err:  # one broken cluster must not starve the others
+                logger.exception("reconcile failed", extra={"cluster": name})
+                metrics.add_metric(name="ReconcileErrors", unit=MetricUnit.Count, value=1)
+                results[name] = f"error: {type(err).__name__}"
+        return results
+
+    def reconcile_cluster(self, cluster: str, trigger: str) -> str:
+        try:
+            view = self.observe_cluster(cluster, trigger)
+        except ClusterNotFound:
+            return self.close_cluster(cluster, "cluster not found", trigger)
+        if view.info.status in CLOSING_STATUSES:
+            return self.close_cluster(cluster, f"cluster {view.info.status}", trigger)
+        if self._has_work(view):
+            self._start_round(cluster)
+        states = Counter(r.state.value for r in view.records.values())
+        return ", ".join(f"{k}={v}" for k, v in sorted(states.items())) or "no nodes"
+
+    def close_cluster(self, cluster: str, reason: str, trigger: str) -> str:
+        records = self.table.load_cluster(cluster).values()
+        changes = [c for r in records if (c := close_out(r, reason, self.clock(), trigger))]
+        self._save(changes)
+        self.table.unregister_cluster(cluster)
+        return f"closed out {len(changes)} node(s): {reason}"
+
+    def observe_cluster(self, cluster: str, trigger: str) -> ClusterView:
+        """One paginated ListClusterNodes pass (+ one result-log query if a check ended) folded into records."""
+        view = self._view(cluster)
+        snapshots = {s.key: s for s in self.hyperpod.list_nodes(cluster) if s.key}
+        checking = [r for r in view.records.values() if r.state == NodeState.CHECKING]
+        left = [r for r in checking if (s := snapshots.get(r.key)) is None or s.status != IN_PROGRESS]
+        log_errors = None
+        if left:
+            since = min(r.check_started_at or self.clock() for r in checking)
+            log_errors = self.logs.errors_since(
+                view.info.log_group, since, {r.instance_id for r in checking if r.instance_id}
+            )
+        obs = Observation(
+            now=self.clock(),
+            node_recovery=view.info.node_recovery,
+            trigger=trigger,
+            log_errors=log_errors,
+            groups=view.groups,
+        )
+        changes = [
+            c
+            for key in sorted(set(snapshots) | set(view.records))
+            if (c := observe(cluster, view.records.get(key), snapshots.get(key), obs))
+        ]
+        if changes and not view.records:
+            self.table.register_cluster(cluster)
+        for saved in self._save(changes):
+            view.records[saved.key] = saved
+        return view
+
+    # -- the round workflow's steps ------------------------------------------------------------------
+    def claim_round(self, state: RoundState) -> RoundState:
+        round_id = round_name(state.cluster, state.round_seq)
+        state = state.model_copy(update={"round_id": round_id, "gather_s": 0})
+        now = self.clock()
+        if not self.table.acquire_lease(state.cluster, state.round_seq, round_id, now, LEASE_TTL_S):
+            logger.info("round not started: lease held or round superseded", extra={"round_id": round_id})
+            return state.model_copy(update={"claimed": 0, "recovery_due": 0})
+        try:
+            view = self._view(state.cluster)
+        except ClusterNotFound:
+            self.close_cluster(state.cluster, "cluster not found", round_id)
+            return state.model_copy(update={"claimed": 0, "recovery_due": 0})
+        candidates = claimable(view.records.values(), view.groups)
+        if not state.gathered and (delay := gather_delay(candidates, view.groups, now)) > 0:
+            return state.model_copy(update={"gather_s": delay, "gathered": True})
+        chosen = select_for_round(candidates, self.config().max_round_nodes)
+        claimed = self._save(
+            [
+                transition(
+                    r,
+                    now,
+                    NodeState.CHECKING,
+                    "claimed for a check round",
+                    round_id,
+                    round_id=round_id,
+                    check_started_at=None,
+                    seen_in_progress=False,
+                    observe_only=False,
+                )
+                for r in chosen
+            ]
+        )
+        due = self._due(view)
+        logger.info("round claimed", extra={"round_id": round_id, "claimed": len(claimed), "recovery_due": len(due)})
+        metrics.add_metric(name="NodesClaimed", unit=MetricUnit.Count, value=len(claimed))
+        return state.model_copy(update={"claimed": len(claimed), "recovery_due": len(due), "gathered": True})
+
+    def start_check(self, state: RoundState) -> RoundState:
+        now = self._renew(state)
+        view = self._view(state.cluster)
+        snapshots = {s.key: s for s in self.hyperpod.list_nodes(state.cluster) if s.key}
+        members = self._members(view, state.round_id)
+        ready, unready, already = [], [], []
+        for r in members:
+            s = snapshots.get(r.key)
+            if s and s.instance_id == r.instance_id and s.status == IN_PROGRESS:
+                already.append(r)  # our own request went through before a retry of this step
+            elif s and s.instance_id == r.instance_id and s.status == RUNNING:
+                ready.append(r)
+            else:
+                unready.append(r)
+        self._save(
+            [
+                transition(
+                    r,
+                    now,
+                    NodeState.PENDING,
+                    "not Running when the check started; back in the queue",
+                    state.round_id,
+                    round_id=None,
+                    ready_at=None,
+                )
+                for r in unready
+            ]
+        )
+        configs = build_check_request(ready + already, view.groups)
+        if ready and not already:
+            self.hyperpod.start_health_check(state.cluster, configs)
+            logger.info("check started", extra={"round_id": state.round_id, "configurations": configs})
+        self._save(
+            [
+                r.model_copy(update={"check_started_at": now, "updated_at": now})
+                for r in ready + already
+                if r.check_started_at is None
+            ],
+            audit=False,
+        )
+        metrics.add_metric(name="NodesChecked", unit=MetricUnit.Count, value=len(ready) + len(already))
+        expected = expected_check_s(configs)
+        interval = min((g.policy.poll_interval_s for g in view.groups.values()), default=60)
+        wait = next_wait(now, now, expected, interval, awaiting_start=True) if configs else 0
+        return state.model_copy(update={"started_at": now, "wait_s": wait, "done": not configs})
+
+    def poll_check(self, state: RoundState) -> RoundState:
+        now = self._renew(state)
+        try:
+            view = self.observe_cluster(state.cluster, state.round_id)
+        except ClusterNotFound:
+            self.close_cluster(state.cluster, "cluster deleted during the round", state.round_id)
+            return state.model_copy(update={"done": True, "wait_s": 0, "recovery_due": 0})
+        members = self._members(view, state.round_id)
+        polls = state.polls + 1
+        done = not members or polls >= MAX_POLLS
+        started = state.started_at or now
+        configs = build_check_request(members, view.groups) if members else []
+        interval = min((g.policy.poll_interval_s for g in view.groups.values()), default=60)
+        wait = (
+            0
+            if done
+            else next_wait(
+                started,
+                now,
+                expected_check_s(configs),
+                interval,
+                awaiting_start=any(not r.seen_in_progress for r in members),
+            )
+        )
+        return state.model_copy(
+            update={"done": done, "wait_s": wait, "polls": polls, "recovery_due": len(self._due(view))}
+        )
+
+    def recover_nodes(self, state: RoundState) -> RoundState:
+        now = self._renew(state)
+        try:
+            view = self._view(state.cluster)
+        except ClusterNotFound:
+            return state.model_copy(update={"recovery_due": 0})
+        config = self.config()
+        plans: dict[Action, list[NodeRecord]] = {Action.REBOOT: [], Action.REPLACE: []}
+        quarantine = []
+        for r in self._due(view):
+            ctx = view.groups[r.group]
+            action = due_action(r, ctx.policy, now)
+            if action is None:
+                quarantine.append(plan_recovery(r, ctx.policy, "None", now, state.round_id))
+            else:
+                plans[action].append(r)
+        self._save(quarantine)
+        for action, records in plans.items():
+            if records:
+                self._act(state, view.info, action, records, config)
+        return state.model_copy(update={"recovery_due": 0})
+
+    def finish_round(self, state: RoundState) -> RoundState:
+        """Release the lease on every exit path; hand unstarted nodes back; start the next round."""
+        round_id = state.round_id or round_name(state.cluster, state.round_seq)
+        now = self.clock()
+        records = self.table.load_cluster(state.cluster)
+        handed_back = self._save(
+            [
+                transition(
+                    r,
+                    now,
+                    NodeState.PENDING,
+                    "round ended before the check started; back in the queue",
+                    round_id,
+                    round_id=None,
+                )
+                for r in records.values()
+                if r.state == NodeState.CHECKING and r.round_id == round_id and r.check_started_at is None
+            ]
+        )
+        released = self.table.release_lease(state.cluster, round_id)
+        summary = Counter(
+            r.state.value
+            for r in records.values()
+            if r.round_id == round_id or any(h.trigger == round_id for h in r.history[-3:])
+        )
+        logger.info(
+            "round finished",
+            extra={
+                "round_id": round_id,
+                "error": state.error,
+                "released": released,
+                "handed_back": len(handed_back),
+                "summary": dict(summary),
+            },
+        )
+        if state.error:
+            metrics.add_metric(name="RoundsFailed", unit=MetricUnit.Count, value=1)
+        elif released:
+            # A failed round leaves the restart to the reconciler, so a persistent fault cannot hot-loop.
+            try:
+                view = self._view(state.cluster)
+            except ClusterNotFound:
+                return state.model_copy(update={"done": True})
+            if self._has_work(view):
+                self._start_round(state.cluster)
+        return state.model_copy(update={"done": True})
+
+    # -- helpers -------------------------------------------------------------------------------------
+    def _view(self, cluster: str, load_records: bool = True) -> ClusterView:
+        info = self.hyperpod.describe_cluster(cluster)
+        config = self.config()
+        groups = {
+            name: GroupContext(
+                policy=config.policy_for(cluster, name), worker=g.worker, on_start_checks=g.on_start_checks
+            )
+            for name, g in info.groups.items()
+        }
+        return ClusterView(info, groups, self.table.load_cluster(cluster) if load_records else {})
+
+    def _members(self, view: ClusterView, round_id: str) -> list[NodeRecord]:
+        return [r for r in view.records.values() if r.state == NodeState.CHECKING and r.round_id == round_id]
+
+    def _due(self, view: ClusterView) -> list[NodeRecord]:
+        now = self.clock()
+        return [
+            r
+            for r in view.records.values()
+            if r.state == NodeState.RECOVERY_DUE
+            and (r.not_before or 0) <= now
+            and (ctx := view.groups.get(r.group)) is not None
+            and ctx.worker
+        ]
+
+    def _has_work(self, view: ClusterView) -> bool:
+        return bool(claimable(view.records.values(), view.groups) or self._due(view))
+
+    def _start_round(self, cluster: str) -> None:
+        if self.starter is not None:
+            name = self.starter.ensure_round(cluster)
+            logger.info("round ensured", extra={"cluster": cluster, "round_id": name})
+
+    def _renew(self, state: RoundState) -> float:
+        now = self.clock()
+        from deephealth.domain.errors import LeaseLost
+
+        if not self.table.acquire_lease(state.cluster, state.round_seq, state.round_id, now, LEASE_TTL_S):
+            raise LeaseLost(f"{state.round_id} no longer holds the lease of {state.cluster}")
+        return now
+
+    def _act(
+        self,
+        state: RoundState,
+        info: ClusterInfo,
+        action: Action,
+        records: list[NodeRecord],
+        config: ControllerConfig,
+    ) -> None:
+        now = self.clock()
+        # Intent first: a node is RECOVERING before the call, so a crash cannot lead to a second action.
+        owned = self._save([action_started(r, action, now, state.round_id) for r in records])
+        if not owned:
+            return
+        by_logical = [r.logical_id for r in owned if r.logical_id]
+        by_instance = [r.instance_id for r in owned if not r.logical_id and r.instance_id]
+        try:
+            outcomes = self.hyperpod.act(info.name, action, by_logical, by_instance)
+        except Exception:
+            self._save(
+                [
+                    transition(
+                        r,
+                        self.clock(),
+                        NodeState.RECOVERY_DUE,
+                        f"{action.value} call failed; retry",
+                        state.round_id,
+                        not_before=self.clock(),
+                    )
+                    for r in owned
+                ]
+            )
+            raise
+        by_key = {(r.logical_id or r.instance_id): r for r in owned}
+        refused = [
+            action_refused(by_key[o.key], action, o.code, o.message, now, state.round_id)
+            for o in outcomes
+            if not o.ok and o.key in by_key
+        ]
+        self._save(refused)
+        metrics.add_metric(
+            name=f"{action.value.capitalize()}Requests",
+            unit=MetricUnit.Count,
+            value=len(owned) - len(refused),
+        )
+
+    def _save(
+        self, changes: Iterable[tuple[NodeRecord, Decision] | NodeRecord], audit: bool = True
+    ) -> list[NodeRecord]:
+        saved = []
+        for change in changes:
+            record, decision = change if isinstance(change, tuple) else (change, None)
+            try:
+                saved.append(self.table.save(record))
+            except StaleRecord as err:
+                # Another writer got there first; the next observation re-decides from fresh state.
+                logger.warning("decision dropped: record changed concurrently", extra={"reason": str(err)})
+                metrics.add_metric(name="DecisionConflicts", unit=MetricUnit.Count, value=1)
+                continue
+            if decision is not None and audit:
+                logger.info("decision", extra={"decision": decision.model_dump(mode="json")})
+                if decision.verdict is not None:
+                    metrics.add_metric(name=f"Verdict_{decision.verdict.value}", unit=MetricUnit.Count, value=1)
+        return saved

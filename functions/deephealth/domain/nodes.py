@@ -1,0 +1,171 @@
+"""What the controller knows about one node, and the vocabulary of its story.
+
+A node is keyed on its `NodeLogicalId` (stable across replacements) where the cluster has one, else on
+its instance id. Records are pure values: transitions return a new record plus a `Decision` that says why.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict, Field
+
+HISTORY_LIMIT = 50
+
+
+class NodeState(StrEnum):
+    PENDING = "pending"  # ready (or about to be) and waiting for a check round
+    CHECKING = "checking"  # in a round's check, or HyperPod's own on-start check, awaiting a verdict
+    PASSED = "passed"
+    RECOVERY_DUE = "recovery_due"  # failed; a recovery action is due at `not_before`
+    RECOVERING = "recovering"  # a reboot or replacement is in flight (ours or HyperPod's)
+    FAILED = "failed"  # failed and policy says record only
+    QUARANTINED = "quarantined"  # out of attempts: no more automated actions
+    INCONCLUSIVE = "inconclusive"  # no evidence after bounded retries: needs a human, never a replacement
+    GONE = "gone"  # the node or its cluster no longer exists
+
+
+FINAL_STATES = frozenset(
+    {NodeState.PASSED, NodeState.FAILED, NodeState.QUARANTINED, NodeState.INCONCLUSIVE, NodeState.GONE}
+)
+
+
+class Verdict(StrEnum):
+    PASSED = "passed"
+    FAILED = "failed"
+    REPLACED_BY_HYPERPOD = "replaced-by-hyperpod"
+    SKIPPED = "skipped"  # HyperPod skipped a busy node: inconclusive, not passed
+    GONE = "gone"
+    INCONCLUSIVE = "inconclusive"
+
+
+class Action(StrEnum):
+    REBOOT = "reboot"
+    REPLACE = "replace"
+    AWAIT_HYPERPOD = "await-hyperpod"  # NodeRecovery=Automatic: give HyperPod its grace period first
+    HYPERPOD = "hyperpod"  # HyperPod's own recovery, observed
+
+
+# ClusterInstanceStatus values (botocore sagemaker model).
+RUNNING = "Running"
+IN_PROGRESS = "DeepHealthCheckInProgress"
+DOWN_STATUSES = frozenset({"ShuttingDown", "Failure", "Pending", "NotFound"})
+FAILURE_STATUSES = frozenset({"ShuttingDown", "Failure"})
+
+
+class NodeSnapshot(BaseModel):
+    """One node as ListClusterNodes / DescribeClusterNode report it right now."""
+
+    model_config = ConfigDict(frozen=True)
+
+    group: str
+    instance_id: str | None = None  # empty while provisioning
+    logical_id: str | None = None
+    status: str
+    instance_type: str | None = None
+
+    @property
+    def key(self) -> str:
+        return self.logical_id or self.instance_id or ""
+
+
+class HistoryEntry(BaseModel):
+    at: float
+    state: NodeState
+    reason: str
+    instance_id: str | None = None
+    trigger: str | None = None  # event id, round id or "reconcile"
+
+
+class NodeRecord(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    cluster: str
+    key: str
+    group: str
+    logical_id: str | None = None
+    instance_id: str | None = None
+    instance_ids: list[str] = Field(default_factory=list)  # every instance that held this logical id
+    instance_type: str | None = None
+    state: NodeState = NodeState.PENDING
+    status: str | None = None
+    status_at: float | None = None
+    ready_at: float | None = None
+    verdict: Verdict | None = None
+    verdict_at: float | None = None
+    verdict_instance_id: str | None = None
+    evidence: list[str] = Field(default_factory=list)
+    round_id: str | None = None
+    observe_only: bool = False
+    check_started_at: float | None = None
+    seen_in_progress: bool = False
+    attempts: int = 0  # recovery actions so far (ours or HyperPod's)
+    inconclusive_count: int = 0
+    action: Action | None = None
+    action_at: float | None = None
+    action_retries: int = 0
+    not_before: float | None = None
+    seen_down: bool = False
+    version: int = 0
+    created_at: float = 0.0
+    updated_at: float = 0.0
+    history: list[HistoryEntry] = Field(default_factory=list)
+
+
+class Decision(BaseModel):
+    """Why a record changed: logged as the audit line for every transition."""
+
+    cluster: str
+    node: str
+    group: str
+    instance_id: str | None
+    from_state: NodeState | None
+    to_state: NodeState
+    reason: str
+    verdict: Verdict | None = None
+    evidence: list[str] = Field(default_factory=list)
+    action: Action | None = None
+
+
+def transition(
+    record: NodeRecord,
+    now: float,
+    state: NodeState,
+    reason: str,
+    trigger: str | None = None,
+    **changes: object,
+) -> tuple[NodeRecord, Decision]:
+    """Move `record` to `state`, stamping history; `changes` are other field updates."""
+    entry = HistoryEntry(
+        at=now,
+        state=state,
+        reason=reason,
+        instance_id=changes.get("instance_id", record.instance_id),
+        trigger=trigger,
+    )
+    updated = record.model_copy(
+        update={
+            **changes,
+            "state": state,
+            "updated_at": now,
+            "history": [*record.history, entry][-HISTORY_LIMIT:],
+        }
+    )
+    decision = Decision(
+        cluster=record.cluster,
+        node=record.key,
+        group=record.group,
+        instance_id=updated.instance_id,
+        from_state=record.state if record.version else None,
+        to_state=state,
+        reason=reason,
+        verdict=updated.verdict if "verdict" in changes else None,
+        evidence=updated.evidence if "evidence" in changes else [],
+        action=updated.action if "action" in changes else None,
+    )
+    return updated, decision
+
+
+def with_instance(ids: list[str], new: str | None) -> list[str]:
+    """Instance-id history with `new` appended once (the lemon trail across replacements)."""
+    return [*ids, new] if new and new not in ids else ids

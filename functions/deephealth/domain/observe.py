@@ -1,0 +1,298 @@
+"""Level-triggered observation: fold what HyperPod reports about a node into the node's record.
+
+The same pure function serves the intake (one DescribeClusterNode after an event), the reconciler and
+the round's poll (one paginated ListClusterNodes pass per cluster), so a lost or reordered event can only
+delay a node, never lose it: the next listing tells the same story.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from deephealth.domain.nodes import (
+    FINAL_STATES,
+    IN_PROGRESS,
+    RUNNING,
+    Action,
+    Decision,
+    NodeRecord,
+    NodeSnapshot,
+    NodeState,
+    transition,
+    with_instance,
+)
+from deephealth.domain.policy import GroupPolicy, Mode
+from deephealth.domain.recovery import MAX_ACTION_RETRIES, apply_verdict
+from deephealth.domain.verdicts import judge_check
+
+# A reboot counts as done once the node was seen down and is Running again, or after this long Running.
+REBOOT_SETTLE_S = 15 * 60
+# An action we requested that shows no effect for this long is retried.
+ACTION_TIMEOUT_S = 90 * 60
+
+
+@dataclass(frozen=True)
+class GroupContext:
+    """What the controller needs to know about a node's instance group."""
+
+    policy: GroupPolicy
+    worker: bool = True  # Slurm controller/login groups are never checked or recovered
+    on_start_checks: tuple[str, ...] = ()  # HyperPod's OnStartDeepHealthChecks for the group
+
+    @property
+    def watched(self) -> bool:
+        return self.worker and self.policy.mode != Mode.OFF
+
+    @property
+    def observe_only(self) -> bool:
+        # A group with HyperPod's own on-start checks must not get a duplicate on-demand check.
+        return bool(self.on_start_checks) or self.policy.mode == Mode.OBSERVE_ON_START
+
+
+@dataclass(frozen=True)
+class Observation:
+    now: float
+    node_recovery: str  # the cluster's NodeRecovery: "Automatic" | "None"
+    trigger: str  # event id, round id or "reconcile", for the audit trail
+    # Error lines per instance id from the result logs; None when the caller did not query them, in which
+    # case nodes that left the check keep waiting for a pass that can read them.
+    log_errors: dict[str, str] | None = None
+    may_judge: bool = True
+    groups: dict[str, GroupContext] = field(default_factory=dict)
+
+
+def new_record(cluster: str, snapshot: NodeSnapshot, now: float) -> NodeRecord:
+    return NodeRecord(
+        cluster=cluster,
+        key=snapshot.key,
+        group=snapshot.group,
+        logical_id=snapshot.logical_id,
+        instance_id=snapshot.instance_id or None,
+        instance_type=snapshot.instance_type,
+        instance_ids=[snapshot.instance_id] if snapshot.instance_id else [],
+        created_at=now,
+        updated_at=now,
+    )
+
+
+def observe(
+    cluster: str, record: NodeRecord | None, snapshot: NodeSnapshot | None, obs: Observation
+) -> tuple[NodeRecord, Decision] | None:
+    """The record's next value given the node's current snapshot (None: not listed), or None if unchanged."""
+    group = (snapshot.group if snapshot else record.group) if (snapshot or record) else ""
+    ctx = obs.groups.get(group)
+    if record is None:
+        if snapshot is None or ctx is None or not ctx.watched:
+            return None
+        return _first_sight(new_record(cluster, snapshot, obs.now), snapshot, ctx, obs)
+    if ctx is None or not ctx.watched:
+        return None
+    if snapshot is None:
+        if record.state == NodeState.GONE:
+            return None
+        if record.state == NodeState.CHECKING and obs.may_judge:
+            return apply_verdict(
+                record, *_judged(record, None, obs, ctx), ctx.policy, obs.node_recovery, obs.now, obs.trigger
+            )
+        return transition(record, obs.now, NodeState.GONE, "no longer listed by HyperPod", obs.trigger, round_id=None)
+    record = _refresh(record, snapshot, obs.now)
+    replaced = bool(snapshot.instance_id and record.instance_id and snapshot.instance_id != record.instance_id)
+    state = record.state
+
+    if state == NodeState.CHECKING:
+        if snapshot.status == IN_PROGRESS and not record.seen_in_progress:
+            return transition(record, obs.now, state, f"seen in {IN_PROGRESS}", obs.trigger, seen_in_progress=True)
+        if not obs.may_judge:
+            return None
+        if snapshot.status != IN_PROGRESS and not replaced and obs.log_errors is None:
+            return None  # left the check: judge only with the result logs in hand
+        judged = _judged(record, snapshot, obs, ctx)
+        if judged is None:
+            return None
+        return apply_verdict(
+            record,
+            *judged,
+            ctx.policy,
+            obs.node_recovery,
+            obs.now,
+            obs.trigger,
+            new_instance_id=snapshot.instance_id,
+        )
+
+    if state == NodeState.PENDING:
+        if replaced:
+            return _recheck(record, snapshot, obs, "instance replaced while waiting for a round")
+        if snapshot.status == IN_PROGRESS and ctx.observe_only:
+            return _start_observing(record, obs)
+        if snapshot.status == RUNNING and record.ready_at is None:
+            return transition(record, obs.now, state, "ready (Running)", obs.trigger, ready_at=obs.now)
+        return None
+
+    if state == NodeState.RECOVERY_DUE:
+        if replaced:
+            return _recheck(
+                record,
+                snapshot,
+                obs,
+                "HyperPod replaced the instance",
+                attempts=record.attempts + 1,
+                action=Action.HYPERPOD,
+                action_at=obs.now,
+            )
+        if record.action == Action.AWAIT_HYPERPOD and snapshot.status in ("Pending", "ShuttingDown"):
+            return transition(
+                record,
+                obs.now,
+                NodeState.RECOVERING,
+                f"HyperPod is recovering the node (status {snapshot.status})",
+                obs.trigger,
+                action=Action.HYPERPOD,
+                action_at=obs.now,
+                attempts=record.attempts + 1,
+                seen_down=True,
+                not_before=None,
+            )
+        return None
+
+    if state == NodeState.RECOVERING:
+        if replaced:
+            return _recheck(record, snapshot, obs, f"replacement done (new instance {snapshot.instance_id})")
+        if snapshot.status != RUNNING:
+            if record.seen_down:
+                return None
+            return transition(
+                record,
+                obs.now,
+                state,
+                f"seen {snapshot.status} during {record.action}",
+                obs.trigger,
+                seen_down=True,
+            )
+        since = obs.now - (record.action_at or obs.now)
+        if record.action in (Action.REBOOT, Action.HYPERPOD) and (record.seen_down or since >= REBOOT_SETTLE_S):
+            return _recheck(record, snapshot, obs, f"{record.action} done: Running again")
+        if since >= ACTION_TIMEOUT_S:
+            retries = record.action_retries + 1
+            if retries > MAX_ACTION_RETRIES:
+                return transition(
+                    record,
+                    obs.now,
+                    NodeState.INCONCLUSIVE,
+                    f"{record.action} showed no effect {retries} times: needs an operator",
+                    obs.trigger,
+                    action_retries=retries,
+                )
+            return transition(
+                record,
+                obs.now,
+                NodeState.RECOVERY_DUE,
+                f"{record.action} showed no effect after {int(since)} s; retry",
+                obs.trigger,
+                not_before=obs.now,
+                action_retries=retries,
+            )
+        return None
+
+    if state in FINAL_STATES:
+        if state == NodeState.GONE:
+            return _recheck(record, snapshot, obs, "listed again after being gone")
+        if replaced:
+            if state == NodeState.QUARANTINED:
+                return transition(
+                    record,
+                    obs.now,
+                    state,
+                    "quarantined node got a new instance; still quarantined",
+                    obs.trigger,
+                    instance_id=snapshot.instance_id,
+                    instance_ids=with_instance(record.instance_ids, snapshot.instance_id),
+                )
+            return _recheck(record, snapshot, obs, "new instance under the same logical id: check it")
+    return None
+
+
+def mark_unhealthy(record: NodeRecord, reason: str, now: float, trigger: str) -> tuple[NodeRecord, Decision] | None:
+    """A health-monitoring event flagged a node that had passed: check it again."""
+    if record.state != NodeState.PASSED:
+        return None
+    return transition(
+        record,
+        now,
+        NodeState.PENDING,
+        f"health event: {reason[:300]}",
+        trigger,
+        seen_in_progress=False,
+        check_started_at=None,
+        ready_at=None,
+    )
+
+
+def close_out(record: NodeRecord, reason: str, now: float, trigger: str) -> tuple[NodeRecord, Decision] | None:
+    if record.state == NodeState.GONE:
+        return None
+    return transition(record, now, NodeState.GONE, reason, trigger, round_id=None)
+
+
+def _first_sight(
+    record: NodeRecord, snapshot: NodeSnapshot, ctx: GroupContext, obs: Observation
+) -> tuple[NodeRecord, Decision] | None:
+    if snapshot.status == IN_PROGRESS:
+        if ctx.observe_only:
+            return _start_observing(record, obs)
+        return transition(record, obs.now, NodeState.PENDING, f"first seen in {IN_PROGRESS}", obs.trigger)
+    if snapshot.status != RUNNING:
+        return None  # still provisioning: the next event or listing brings it back
+    if ctx.observe_only:
+        return _start_observing(record, obs, seen=False)
+    return transition(
+        record, obs.now, NodeState.PENDING, "new worker node ready (Running)", obs.trigger, ready_at=obs.now
+    )
+
+
+def _start_observing(record: NodeRecord, obs: Observation, seen: bool = True) -> tuple[NodeRecord, Decision]:
+    return transition(
+        record,
+        obs.now,
+        NodeState.CHECKING,
+        "watching HyperPod's on-start deep health check",
+        obs.trigger,
+        observe_only=True,
+        round_id=None,
+        check_started_at=obs.now,
+        seen_in_progress=seen,
+        ready_at=record.ready_at or obs.now,
+    )
+
+
+def _judged(record: NodeRecord, snapshot: NodeSnapshot | None, obs: Observation, ctx: GroupContext):
+    error = (obs.log_errors or {}).get(record.instance_id or "")
+    judgement = judge_check(record, snapshot, error, obs.now, ctx.policy.check_timeout_s)
+    return None if judgement is None else (judgement.verdict, judgement.evidence)
+
+
+def _recheck(
+    record: NodeRecord, snapshot: NodeSnapshot, obs: Observation, reason: str, **changes: object
+) -> tuple[NodeRecord, Decision]:
+    return transition(
+        record,
+        obs.now,
+        NodeState.PENDING,
+        reason,
+        obs.trigger,
+        instance_id=snapshot.instance_id or record.instance_id,
+        instance_ids=with_instance(record.instance_ids, snapshot.instance_id),
+        ready_at=obs.now if snapshot.status == RUNNING else None,
+        round_id=None,
+        seen_in_progress=False,
+        check_started_at=None,
+        seen_down=False,
+        observe_only=False,
+        **changes,
+    )
+
+
+def _refresh(record: NodeRecord, snapshot: NodeSnapshot, now: float) -> NodeRecord:
+    """Last-seen status (not a decision, so no history entry; saved with the next decision)."""
+    if record.status == snapshot.status:
+        return record
+    return record.model_copy(update={"status": snapshot.status, "status_at": now})

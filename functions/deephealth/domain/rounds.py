@@ -1,0 +1,141 @@
+"""Check rounds: which pending nodes go into the next check, the request that checks them, and when to
+poll next. One round per cluster at a time, because HyperPod allows one active on-demand check per cluster.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from typing import TypeVar
+
+from pydantic import BaseModel, ConfigDict
+
+from deephealth.domain.nodes import NodeRecord, NodeState
+from deephealth.domain.observe import GroupContext
+from deephealth.domain.verdicts import SKIP_GRACE_S
+
+# API limits from the botocore model, which botocore itself does not enforce client-side.
+MAX_CONFIGS_PER_CHECK = 99
+MAX_IDS_PER_CONFIG = 500
+MAX_NODES_PER_ACTION_CALL = 25
+MULTI_NODE_CHECKS = frozenset({"InstanceConnectivity", "MultiNodeTrainingValidation"})
+# Lower ends of the documented durations: polling speeds up from 80 % of this onwards.
+EXPECTED_CHECK_S = {
+    "InstanceStress": 45 * 60,
+    "InstanceConnectivity": 5 * 60,
+    "MultiNodeTrainingValidation": 10 * 60,
+}
+FIRST_POLL_S = 90  # the first look confirms the nodes entered the check
+MAX_WAIT_S = 3600
+LEASE_TTL_S = 6 * 3600  # renewed on every step; a dead round's lease frees itself
+
+T = TypeVar("T")
+
+
+class RoundState(BaseModel):
+    """The round workflow's whole payload: identity and timers only (nodes live in DynamoDB)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    cluster: str
+    round_seq: int
+    round_id: str = ""
+    claimed: int = 0
+    recovery_due: int = 0
+    gather_s: int = 0
+    gathered: bool = False
+    started_at: float | None = None
+    wait_s: int = 0
+    polls: int = 0
+    done: bool = False
+    error: dict | None = None  # set by the workflow's Catch before "Abandon round"
+
+
+def round_name(cluster: str, seq: int) -> str:
+    """Deterministic execution name: a duplicate start of the same round is a no-op in Standard."""
+    safe = re.sub(r"[^A-Za-z0-9_-]", "-", cluster)[:63]
+    return f"{safe}-r{seq:06d}"
+
+
+def chunks(items: Sequence[T], size: int) -> list[list[T]]:
+    return [list(items[i : i + size]) for i in range(0, len(items), size)]
+
+
+def claimable(records: Iterable[NodeRecord], groups: dict[str, GroupContext]) -> list[NodeRecord]:
+    """Pending, ready worker nodes of on-demand groups, oldest first."""
+    out = [
+        r
+        for r in records
+        if r.state == NodeState.PENDING
+        and r.ready_at is not None
+        and (ctx := groups.get(r.group)) is not None
+        and ctx.watched
+        and not ctx.observe_only
+    ]
+    return sorted(out, key=lambda r: (r.ready_at or 0, r.key))
+
+
+def select_for_round(candidates: list[NodeRecord], max_nodes: int) -> list[NodeRecord]:
+    """Take candidates in order while the request stays within 99 configurations of 500 ids."""
+    chosen: list[NodeRecord] = []
+    per_group: dict[str, int] = {}
+    for record in candidates:
+        if len(chosen) >= max_nodes:
+            break
+        counts = {**per_group, record.group: per_group.get(record.group, 0) + 1}
+        if sum(math.ceil(n / MAX_IDS_PER_CONFIG) for n in counts.values()) > MAX_CONFIGS_PER_CHECK:
+            continue
+        per_group = counts
+        chosen.append(record)
+    return chosen
+
+
+def gather_delay(candidates: list[NodeRecord], groups: dict[str, GroupContext], now: float) -> int:
+    """Seconds to wait so the oldest candidate has waited its group's gather window (bursts batch up)."""
+    if not candidates:
+        return 0
+    oldest = candidates[0]
+    window = groups[oldest.group].policy.gather_window_s
+    return max(0, math.ceil((oldest.ready_at or now) + window - now))
+
+
+def group_checks(checks: Sequence[str], nodes_in_group: int) -> list[str]:
+    """Multi-node checks need at least 2 nodes of the group; a lone node gets the single-node checks."""
+    kept = [c for c in checks if nodes_in_group >= 2 or c not in MULTI_NODE_CHECKS]
+    return kept or ["InstanceStress"]
+
+
+def build_check_request(claimed: list[NodeRecord], groups: dict[str, GroupContext]) -> list[dict]:
+    """DeepHealthCheckConfigurations for one StartClusterHealthCheck, chunked to the API limits."""
+    by_group: dict[str, list[str]] = {}
+    for record in claimed:
+        if record.instance_id:
+            by_group.setdefault(record.group, []).append(record.instance_id)
+    configs = []
+    for group, ids in sorted(by_group.items()):
+        checks = group_checks(groups[group].policy.checks, len(ids))
+        configs += [
+            {"InstanceGroupName": group, "InstanceIds": part, "DeepHealthChecks": checks}
+            for part in chunks(sorted(ids), MAX_IDS_PER_CONFIG)
+        ]
+    if len(configs) > MAX_CONFIGS_PER_CHECK:
+        raise ValueError(f"{len(configs)} configurations exceed the limit of {MAX_CONFIGS_PER_CHECK}")
+    return configs
+
+
+def expected_check_s(configs: list[dict]) -> int:
+    return max((sum(EXPECTED_CHECK_S[c] for c in cfg["DeepHealthChecks"]) for cfg in configs), default=0)
+
+
+def next_wait(started_at: float, now: float, expected_s: int, poll_interval_s: int, awaiting_start: bool) -> int:
+    """Adaptive poll spacing: confirm the start, watch for skips, sleep through the bulk, poll near the end."""
+    elapsed = now - started_at
+    if elapsed < FIRST_POLL_S:
+        return math.ceil(FIRST_POLL_S - elapsed)
+    if awaiting_start and elapsed < SKIP_GRACE_S:
+        return poll_interval_s
+    speed_up_at = started_at + 0.8 * expected_s
+    if now + poll_interval_s < speed_up_at:
+        return min(MAX_WAIT_S, math.ceil(speed_up_at - now))
+    return poll_interval_s

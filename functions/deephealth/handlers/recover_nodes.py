@@ -1,0 +1,17 @@
+"""RecoverNodes: the round workflow's "Recover nodes" step."""
+
+from deephealth import settings
+from deephealth.domain.rounds import RoundState
+from deephealth.observability import logger, metrics
+from deephealth.wiring import build_controller
+
+SETTINGS = settings.load(settings.RecoverNodesSettings)
+CONTROLLER = build_controller(SETTINGS)
+
+
+@metrics.log_metrics
+@logger.inject_lambda_context
+def lambda_handler(event: dict, context: object) -> dict:
+    state = RoundState.model_validate(event)
+    logger.set_correlation_id(state.round_id or f"{state.cluster}-r{state.round_seq:06d}")
+    return CONTROLLER.recover_nodes(state).model_dump(mode="json")
