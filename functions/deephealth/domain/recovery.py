@@ -95,15 +95,18 @@ def apply_verdict(
             seen_in_progress=False,
             check_started_at=None,
         )
-    return plan_recovery(record.model_copy(update=base), policy, node_recovery, now, trigger)
+    return plan_recovery(record, policy, node_recovery, now, trigger, **base)
 
 
 def plan_recovery(
-    record: NodeRecord, policy: GroupPolicy, node_recovery: str, now: float, trigger: str | None
+    record: NodeRecord, policy: GroupPolicy, node_recovery: str, now: float, trigger: str | None, **verdict: object
 ) -> tuple[NodeRecord, Decision]:
-    """A failed node: record only, wait for HyperPod, schedule our next ladder step, or quarantine."""
+    """A failed node: record only, wait for HyperPod, schedule our next ladder step, or quarantine.
+
+    `verdict` carries the verdict fields when this follows a check, so the audit decision names them.
+    """
     if policy.recovery == Recovery.NONE:
-        return transition(record, now, NodeState.FAILED, "check failed; recovery policy is none", trigger)
+        return transition(record, now, NodeState.FAILED, "check failed; recovery policy is none", trigger, **verdict)
     if record.attempts >= policy.max_attempts:
         return transition(
             record,
@@ -111,6 +114,7 @@ def plan_recovery(
             NodeState.QUARANTINED,
             f"failed again after {record.attempts} recovery action(s): quarantined",
             trigger,
+            **verdict,
         )
     if node_recovery == "Automatic":
         return transition(
@@ -122,6 +126,7 @@ def plan_recovery(
             action=Action.AWAIT_HYPERPOD,
             not_before=now + policy.recovery_grace_s,
             action_retries=0,
+            **verdict,
         )
     step = ladder_step(policy, record.attempts)
     assert step is not None  # attempts < max_attempts was checked above
@@ -134,6 +139,7 @@ def plan_recovery(
         action=step,
         not_before=now,
         action_retries=0,
+        **verdict,
     )
 
 

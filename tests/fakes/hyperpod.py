@@ -1,0 +1,866 @@
+"""An in-memory SageMaker HyperPod (Slurm, continuous provisioning) that answers real botocore clients.
+
+moto 5.2.5 implements only a static sliver of HyperPod (nodes are always Running, ids are not ``i-...``,
+pagination is broken, StartClusterHealthCheck and the Batch* node actions are missing). This fake owns the
+cluster state instead and runs it on a virtual clock, so a test can watch a deep health check move nodes
+``Running -> DeepHealthCheckInProgress -> Running`` over hours of virtual time in milliseconds of wall time.
+
+Use it inside ``moto.mock_aws()``::
+
+    clock = Clock()
+    fake = FakeHyperPod(clock)
+    with mock_aws(), install(fake):
+        fake.create_cluster("hp", [GroupSpec("workers", count=4)])
+        sm = boto3.client("sagemaker", region_name="us-east-1")
+        sm.start_cluster_health_check(...)
+        fake.advance(3600)
+
+Shapes follow the botocore 1.44.8 service model. Behaviour that AWS does not document is marked
+``INFERRED`` where it is decided; the module docstring of the tests lists the important ones.
+"""
+
+from __future__ import annotations
+
+import base64
+import collections
+import contextlib
+import heapq
+import itertools
+import json
+import random
+import re
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal
+from unittest import mock
+
+START_EPOCH = 1_790_000_000.0
+
+NodeType = Literal["Compute", "Controller", "Login"]
+Outcome = Literal["pass", "fail", "skip"]
+Cure = Literal["reboot", "replace"]
+
+CHECK_TYPES = ("InstanceStress", "InstanceConnectivity", "MultiNodeTrainingValidation")
+OPERATIONS = (
+    "DescribeCluster",
+    "ListClusters",
+    "DeleteCluster",
+    "ListClusterNodes",
+    "DescribeClusterNode",
+    "StartClusterHealthCheck",
+    "BatchRebootClusterNodes",
+    "BatchReplaceClusterNodes",
+    "ListClusterEvents",
+    "DescribeClusterEvent",
+)
+
+DEFAULT_PAGE_SIZE = 10  # INFERRED; small on purpose so callers that forget to paginate are caught
+CHECK_START_DELAY_S = 30.0  # request accepted -> nodes show DeepHealthCheckInProgress
+JOB_WAIT_S = 600.0  # [DOC] a check waits up to 10 min for a running job, then skips the node
+SHUTDOWN_S = 60.0  # replace: ShuttingDown before the new instance id appears
+DELETE_S = 300.0
+LIFECYCLE = {"SourceS3Uri": "s3://sagemaker-lifecycle/scripts/", "OnCreate": "on_create.sh"}
+NODE_ID_RE = re.compile(r"i-[a-f0-9]{8}(?:[a-f0-9]{9})?")
+BUSY_STATUSES = {"DeepHealthCheckInProgress", "Pending", "ShuttingDown", "SystemUpdating"}
+FAULT_MSG = (
+    "Encountered FaultyInstance. Replace the Instance. Region: {region}, InstanceType: {itype}. "
+    "ERROR: DCGM diagnostic level 4 failed on GPU 3"
+)
+
+
+class Clock:
+    """Virtual epoch seconds. Listeners run after every advance, so fakes that share the clock stay current
+    whichever of them (or the test) moves time."""
+
+    def __init__(self, start: float = START_EPOCH) -> None:
+        self._now = float(start)
+        self._listeners: list[Callable[[float], None]] = []
+
+    def now(self) -> float:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError("time only moves forward")
+        self._now += seconds
+        for listener in list(self._listeners):
+            listener(self._now)
+
+    def subscribe(self, listener: Callable[[float], None]) -> None:
+        self._listeners.append(listener)
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    name: str
+    instance_type: str = "ml.p5.48xlarge"
+    count: int = 0
+    node_type: NodeType = "Compute"
+    on_start_checks: tuple[str, ...] = ()
+
+
+@dataclass
+class Node:
+    logical_id: str
+    group: str
+    instance_type: str
+    created: float  # the logical node's creation; stable across replacements, used for CREATION_TIME order
+    seq: int  # tie-breaker so sort keys (and page cursors) are unique
+    az: str
+    status: str = "Pending"
+    instance_id: str = ""  # "" while EC2 has not launched an instance for this node yet
+    instance_ids: list[str] = field(default_factory=list)  # every instance this logical node ever had
+    launch_time: float = 0.0
+    private_ip: str = ""
+    truth: Outcome = "pass"  # result of the next deep health check of the current instance
+    cured_by: Cure = "replace"  # for truth "fail": does a reboot fix it, or only new hardware
+    replacement_truth: Outcome = "pass"  # one-shot: what the next replacement instance will be
+    replacement_cured_by: Cure = "replace"
+    in_flight: str | None = None  # "reboot" | "replace" while one runs: a second action gets InstanceIdInUse
+
+
+@dataclass
+class HealthCheck:
+    """One on-demand StartClusterHealthCheck request, plus anything merged into it."""
+
+    requested: float
+    pending: set[str] = field(default_factory=set)  # logical ids not finished or skipped yet
+    results: dict[str, str] = field(default_factory=dict)  # logical id -> "pass" | "fail" | "skip"
+    ended: float | None = None
+
+
+@dataclass
+class Cluster:
+    name: str
+    cluster_id: str
+    arn: str
+    groups: dict[str, GroupSpec]
+    node_recovery: str
+    creation_time: float
+    status: str = "InService"
+    nodes: dict[str, Node] = field(default_factory=dict)  # by NodeLogicalId
+    events: list[dict[str, Any]] = field(default_factory=list)  # ListClusterEvents records (EventTime in ms)
+    check: HealthCheck | None = None  # the active on-demand check, if any
+    checks: list[HealthCheck] = field(default_factory=list)  # history, for assertions
+    gone: bool = False
+
+    def by_instance(self, instance_id: str) -> Node | None:
+        return next((n for n in self.nodes.values() if n.instance_id and n.instance_id == instance_id), None)
+
+
+class ApiError(Exception):
+    def __init__(self, code: str, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.code, self.message, self.status = code, message, status
+
+
+def _validation(message: str) -> ApiError:
+    return ApiError("ValidationException", message)
+
+
+def _iso(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _ms(t: float) -> int:
+    return round(t * 1000)
+
+
+class FakeHyperPod:
+    def __init__(self, clock: Clock, region: str = "us-east-1", account: str = "123456789012", seed: int = 0) -> None:
+        self.clock, self.region, self.account = clock, region, account
+        self._rng = random.Random(seed)
+        self._clusters: dict[str, Cluster] = {}
+        self._timers: list[tuple[float, int, Cluster, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._t = clock.now()  # time of the transition being processed; event/log timestamps use it
+
+        self.check_duration_s: dict[str, float] = {
+            "InstanceStress": 3600.0,
+            "InstanceConnectivity": 600.0,
+            "MultiNodeTrainingValidation": 900.0,
+        }
+        self.reboot_duration_s = 600.0
+        self.replace_duration_s = 1800.0  # total, ShuttingDown (60 s) included
+        self.launch_delay_s = 60.0  # add_node: seconds before EC2 hands out the instance id
+        self.second_check_request: Literal["reject", "merge"] = "reject"
+
+        self.events: list[dict[str, Any]] = []  # EventBridge outbox
+        self.calls: collections.Counter[str] = collections.Counter()
+        self.requests: list[tuple[float, str, dict[str, Any]]] = []
+        self.actions: list[tuple[float, str, str, str]] = []  # (time, reboot|replace, logical id, actor)
+        self.started_while_active = 0
+        self.rejected_while_active: list[tuple[float, str, list[dict[str, Any]]]] = []
+        self._faults: dict[str, collections.deque[ApiError]] = collections.defaultdict(collections.deque)
+        clock.subscribe(self._run_until)
+
+    # ---- test-facing API ---------------------------------------------------------------------------
+
+    def create_cluster(
+        self, name: str, groups: list[GroupSpec], node_recovery: Literal["None", "Automatic"] = "None"
+    ) -> Cluster:
+        self._catch_up()
+        if name in self._clusters:
+            raise ValueError(f"cluster {name} exists")
+        cluster_id = "".join(self._rng.choice("abcdefghijklmnopqrstuvwxyz0123456789") for _ in range(12))
+        c = Cluster(
+            name=name,
+            cluster_id=cluster_id,
+            arn=f"arn:aws:sagemaker:{self.region}:{self.account}:cluster/{cluster_id}",
+            groups={g.name: g for g in groups},
+            node_recovery=node_recovery,
+            creation_time=self._t,
+        )
+        self._clusters[name] = c
+        for g in groups:
+            for _ in range(g.count):
+                self.add_node(name, g.name, status="Running")
+        self._emit_state_change(c)
+        return c
+
+    def add_node(
+        self,
+        cluster_name: str,
+        group: str,
+        status: Literal["Pending", "Running"] = "Pending",
+        ready_after_s: float = 600.0,
+    ) -> str:
+        """A continuous-provisioning arrival. Pending: no instance id for ``launch_delay_s``, then the
+        lifecycle script runs until ``ready_after_s``, then on-start checks (if the group has any)."""
+        self._catch_up()
+        c = self._clusters[cluster_name]
+        spec = c.groups[group]
+        n = Node(
+            logical_id=self._uuid(),
+            group=group,
+            instance_type=spec.instance_type,
+            created=self._t,
+            seq=next(self._seq),
+            az=f"{self.region}{self._rng.choice('abc')}",
+        )
+        c.nodes[n.logical_id] = n
+        if status == "Running":
+            self._new_instance(n)
+            n.status = "Running"
+        else:
+            launch = min(self.launch_delay_s, ready_after_s)
+            self._at(c, launch, lambda: self._launched(c, n, ready_after_s - launch))
+        return n.logical_id
+
+    def set_truth(self, cluster_name: str, logical_id: str, outcome: Outcome, cured_by: Cure = "replace") -> None:
+        """Result of the node's next deep health checks. Persists until changed here or by recovery: a reboot
+        turns a reboot-curable "fail" into "pass"; a replacement installs the replacement truth."""
+        n = self.node(cluster_name, logical_id)
+        n.truth, n.cured_by = outcome, cured_by
+
+    def set_truth_replacement(
+        self, cluster_name: str, logical_id: str, outcome: Outcome, cured_by: Cure = "replace"
+    ) -> None:
+        n = self.node(cluster_name, logical_id)
+        n.replacement_truth, n.replacement_cured_by = outcome, cured_by
+
+    def delete_cluster(self, name: str) -> None:
+        self._catch_up()
+        self._delete(self._clusters[name])
+
+    def advance(self, seconds: float) -> None:
+        self.clock.advance(seconds)  # the clock listener runs every due transition in order
+
+    def node(self, cluster_name: str, logical_id: str) -> Node:
+        self._catch_up()
+        return self._clusters[cluster_name].nodes[logical_id]
+
+    def cluster(self, name: str) -> Cluster:
+        self._catch_up()
+        return self._clusters[name]
+
+    def drain_events(self) -> list[dict[str, Any]]:
+        self._catch_up()
+        out, self.events = self.events, []
+        return out
+
+    def inject_error(
+        self,
+        operation: str,
+        code: str = "ThrottlingException",
+        status: int = 400,
+        times: int = 1,
+        message: str | None = None,
+    ) -> None:
+        """The next ``times`` calls of ``operation`` fail before reaching any logic (counted in ``calls``).
+        Note botocore retries throttling and 5xx by itself, and every attempt counts as one call."""
+        for _ in range(times):
+            self._faults[operation].append(ApiError(code, message or f"{code} (injected)", status))
+
+    # ---- the API boundary -------------------------------------------------------------------------
+
+    def handle(self, operation: str, params: dict[str, Any], region: str, account: str) -> tuple[int, dict]:
+        """One request as it arrives at the service: (HTTP status, JSON body)."""
+        self._catch_up()
+        self.calls[operation] += 1
+        self.requests.append((self._t, operation, params))
+        try:
+            if self._faults[operation]:
+                raise self._faults[operation].popleft()
+            handler = getattr(self, "_op_" + _snake(operation))
+            return 200, handler(params, region == self.region and account == self.account)
+        except ApiError as e:
+            return e.status, {"__type": e.code, "message": e.message}
+
+    def _cluster(self, params: dict[str, Any], visible: bool) -> Cluster:
+        ref = params.get("ClusterName", "")
+        if visible:
+            for c in self._clusters.values():
+                if ref in (c.name, c.arn):
+                    return c
+        raise ApiError("ResourceNotFound", f"Cluster {ref} not found.")
+
+    def _mutable(self, params: dict[str, Any], visible: bool) -> Cluster:
+        c = self._cluster(params, visible)
+        if c.status != "InService":  # INFERRED: a Deleting cluster refuses node operations
+            raise _validation(f"Cluster {c.name} is in {c.status} status.")
+        return c
+
+    def _op_describe_cluster(self, p: dict[str, Any], visible: bool) -> dict:
+        return self._describe(self._cluster(p, visible), time=float)
+
+    def _op_list_clusters(self, p: dict[str, Any], visible: bool) -> dict:
+        clusters = [c for c in self._clusters.values() if visible and p.get("NameContains", "") in c.name]
+        by_name = p.get("SortBy") == "NAME"
+        key = (lambda c: [c.name]) if by_name else (lambda c: [c.creation_time, c.name])
+        page, token = _paginate(clusters, key, p, descending=p.get("SortOrder") == "Descending")
+        summaries = [
+            {
+                "ClusterArn": c.arn,
+                "ClusterName": c.name,
+                "CreationTime": c.creation_time,
+                "ClusterStatus": c.status,
+            }
+            for c in page
+        ]
+        return {"ClusterSummaries": summaries, **token}
+
+    def _op_delete_cluster(self, p: dict[str, Any], visible: bool) -> dict:
+        c = self._cluster(p, visible)
+        if c.status != "Deleting":
+            self._delete(c)
+        return {"ClusterArn": c.arn}
+
+    def _op_list_cluster_nodes(self, p: dict[str, Any], visible: bool) -> dict:
+        c = self._cluster(p, visible)
+        with_logical = bool(p.get("IncludeNodeLogicalIds", False))
+        nodes = [n for n in c.nodes.values() if with_logical or n.instance_id]
+        nodes = [n for n in nodes if p.get("InstanceGroupNameContains", "") in n.group]
+        if "CreationTimeAfter" in p:
+            nodes = [n for n in nodes if n.launch_time > p["CreationTimeAfter"]]
+        if "CreationTimeBefore" in p:
+            nodes = [n for n in nodes if n.launch_time < p["CreationTimeBefore"]]
+        # CREATION_TIME (the default) is the logical node's, so a replacement does not move it between pages.
+        # INFERRED: nodes have no name; NAME orders by group, then instance id.
+        by_name = p.get("SortBy") == "NAME"
+        key = (lambda n: [n.group, n.instance_id, n.seq]) if by_name else (lambda n: [n.created, n.seq])
+        page, token = _paginate(nodes, key, p, descending=p.get("SortOrder") == "Descending")
+        summaries = []
+        for n in page:
+            s = {
+                "InstanceGroupName": n.group,
+                "InstanceId": n.instance_id,  # INFERRED: "" for a node still being provisioned
+                "InstanceType": n.instance_type,
+                "LaunchTime": n.launch_time or n.created,
+                "InstanceStatus": {"Status": n.status, "Message": ""},
+            }
+            if with_logical:
+                s["NodeLogicalId"] = n.logical_id
+            if n.private_ip:
+                s["PrivateDnsHostname"] = self._hostname(n.private_ip)
+            summaries.append(s)
+        return {"ClusterNodeSummaries": summaries, **token}
+
+    def _op_describe_cluster_node(self, p: dict[str, Any], visible: bool) -> dict:
+        c = self._cluster(p, visible)
+        node_id, logical_id = p.get("NodeId"), p.get("NodeLogicalId")
+        if bool(node_id) == bool(logical_id):
+            raise _validation("You must specify either NodeId or NodeLogicalId, but not both.")
+        if node_id:
+            _check_node_ids([node_id], "nodeId")
+            n = c.by_instance(node_id)
+        else:
+            n = c.nodes.get(logical_id)
+        if n is None:
+            raise ApiError("ResourceNotFound", f"Node {node_id or logical_id} not found in cluster {c.name}.")
+        d: dict[str, Any] = {
+            "InstanceGroupName": n.group,
+            "InstanceId": n.instance_id,
+            "NodeLogicalId": n.logical_id,
+            "InstanceStatus": {"Status": n.status, "Message": ""},
+            "InstanceType": n.instance_type,
+            "LaunchTime": n.launch_time or n.created,
+            "LifeCycleConfig": dict(LIFECYCLE),
+            "ThreadsPerCore": 1,
+            "Placement": {"AvailabilityZone": n.az},
+        }
+        if n.private_ip:
+            d.update(PrivatePrimaryIp=n.private_ip, PrivateDnsHostname=self._hostname(n.private_ip))
+        return {"NodeDetails": d}
+
+    def _op_start_cluster_health_check(self, p: dict[str, Any], visible: bool) -> dict:
+        c = self._mutable(p, visible)
+        configs = p.get("DeepHealthCheckConfigurations") or []
+        if not 1 <= len(configs) <= 99:
+            raise _validation("DeepHealthCheckConfigurations must have between 1 and 99 items.")
+        targets: dict[str, set[str]] = {}  # logical id -> check types; overlapping configs merge [MODEL]
+        for cfg in configs:
+            group = cfg.get("InstanceGroupName", "")
+            checks = cfg.get("DeepHealthChecks") or []
+            if not 1 <= len(checks) <= 3:
+                raise _validation("DeepHealthChecks must have between 1 and 3 items.")
+            if bad := [t for t in checks if t not in CHECK_TYPES]:
+                raise _validation(
+                    f"Value {bad} at 'deepHealthChecks' failed to satisfy constraint: "
+                    f"Member must satisfy enum value set: [{', '.join(CHECK_TYPES)}]"
+                )
+            spec = c.groups.get(group)
+            if spec is None:
+                raise _validation(f"Instance group {group} not found in cluster {c.name}.")
+            if spec.node_type != "Compute":  # [DOC] deep health checks run on worker nodes only
+                raise _validation(
+                    f"Deep health checks run on worker nodes only; instance group {group} "
+                    f"is a Slurm {spec.node_type} group."
+                )
+            members = [n for n in c.nodes.values() if n.group == group and n.instance_id]
+            if "InstanceIds" in cfg:
+                ids = cfg["InstanceIds"]
+                if not 1 <= len(ids) <= 500:
+                    raise _validation("InstanceIds must have between 1 and 500 items.")
+                _check_node_ids(ids, "instanceIds")
+                by_id = {n.instance_id: n for n in members}
+                if missing := [i for i in ids if i not in by_id]:
+                    raise _validation(f"Instances {missing} not found in instance group {group}.")
+                members = [by_id[i] for i in dict.fromkeys(ids)]
+            if "InstanceConnectivity" in checks and len(members) < 2:
+                raise _validation("InstanceConnectivity requires at least 2 nodes.")
+            for n in members:
+                targets.setdefault(n.logical_id, set()).update(checks)
+
+        if c.check is not None:
+            self.started_while_active += 1
+            if self.second_check_request == "reject":  # INFERRED wording; the doc only states the limit
+                self.rejected_while_active.append((self._t, c.name, configs))
+                raise _validation(
+                    f"A deep health check is already in progress for cluster {c.name}. Only one on-demand "
+                    "deep health check request can be active per cluster."
+                )
+            check = c.check
+        else:
+            check = HealthCheck(requested=self._t)
+            c.checks.append(check)
+            c.check = check
+        for lid, checks in targets.items():
+            self._enqueue_check(c, check, c.nodes[lid], checks)
+        self._maybe_end_check(c, check)
+        return {"ClusterArn": c.arn}
+
+    def _op_batch_reboot_cluster_nodes(self, p: dict[str, Any], visible: bool) -> dict:
+        return self._batch(p, visible, "reboot")
+
+    def _op_batch_replace_cluster_nodes(self, p: dict[str, Any], visible: bool) -> dict:
+        return self._batch(p, visible, "replace")
+
+    def _op_list_cluster_events(self, p: dict[str, Any], visible: bool) -> dict:
+        c = self._cluster(p, visible)
+        events = c.events
+        for param, fld in (
+            ("InstanceGroupName", "InstanceGroupName"),
+            ("NodeId", "InstanceId"),
+            ("ResourceType", "ResourceType"),
+        ):
+            if param in p:
+                events = [e for e in events if e.get(fld) == p[param]]
+        if "EventTimeAfter" in p:
+            events = [e for e in events if e["EventTime"] > _ms(p["EventTimeAfter"])]
+        if "EventTimeBefore" in p:
+            events = [e for e in events if e["EventTime"] < _ms(p["EventTimeBefore"])]
+        # the model documents Descending as the default order for events
+        page, token = _paginate(
+            events,
+            lambda e: [e["EventTime"], e["_seq"]],
+            p,
+            descending=p.get("SortOrder", "Descending") == "Descending",
+        )
+        summaries = [{k: v for k, v in _api_event(e).items() if k != "EventDetails"} for e in page]
+        return {"Events": summaries, **token}
+
+    def _op_describe_cluster_event(self, p: dict[str, Any], visible: bool) -> dict:
+        c = self._cluster(p, visible)
+        e = next((e for e in c.events if e["EventId"] == p.get("EventId")), None)
+        if e is None:
+            raise ApiError("ResourceNotFound", f"Event {p.get('EventId')} not found.")
+        return {"EventDetails": _api_event(e)}
+
+    # ---- node actions -----------------------------------------------------------------------------
+
+    def _batch(self, p: dict[str, Any], visible: bool, action: Literal["reboot", "replace"]) -> dict:
+        c = self._mutable(p, visible)
+        node_ids, logical_ids = p.get("NodeIds"), p.get("NodeLogicalIds")
+        if not node_ids and not logical_ids:
+            raise _validation("Either NodeIds or NodeLogicalIds must be provided.")
+        for name, ids in (("nodeIds", node_ids), ("nodeLogicalIds", logical_ids)):
+            if ids is not None and not 1 <= len(ids) <= 25:
+                raise _validation(
+                    f"1 validation error detected: Value at '{name}' failed to satisfy "
+                    "constraint: Member must have length less than or equal to 25"
+                )
+        _check_node_ids(node_ids or [], "nodeIds")
+        out: dict[str, Any] = {"Successful": [], "Failed": []}
+        for iid in node_ids or []:
+            if err := self._try_action(c, c.by_instance(iid), action, iid):
+                out["Failed"].append({"NodeId": iid, **err})
+            else:
+                out["Successful"].append(iid)
+        if logical_ids:  # [MODEL] the logical-id lists are only present when NodeLogicalIds were sent
+            out["SuccessfulNodeLogicalIds"], out["FailedNodeLogicalIds"] = [], []
+            for lid in logical_ids:
+                if err := self._try_action(c, c.nodes.get(lid), action, lid):
+                    out["FailedNodeLogicalIds"].append({"NodeLogicalId": lid, **err})
+                else:
+                    out["SuccessfulNodeLogicalIds"].append(lid)
+        return out
+
+    def _try_action(self, c: Cluster, n: Node | None, action: str, ref: str) -> dict[str, str] | None:
+        """Start ``action`` on ``n`` for the controller, or return the per-node error entry."""
+        noun = "replacement" if action == "replace" else "rebooting"
+        if n is None:
+            return {"ErrorCode": "InstanceIdNotFound", "Message": f"Node {ref} not found in {c.name}."}
+        if action == "replace" and c.groups[n.group].node_type == "Controller":
+            return {
+                "ErrorCode": "InvalidInstanceStatus",
+                "Message": "Slurm controller nodes cannot be replaced.",
+            }
+        if n.in_flight:
+            return {
+                "ErrorCode": "InstanceIdInUse",
+                "Message": f"Another operation ({n.in_flight}) is already in progress for this node.",
+            }
+        if n.status in BUSY_STATUSES or not n.instance_id:
+            return {
+                "ErrorCode": "InvalidInstanceStatus",
+                "Message": f"Node is in {n.status} status, which does not allow {noun}. Wait for the "
+                "instance to finish any ongoing changes before retrying.",
+            }
+        if action == "reboot":
+            self._reboot(c, n, "controller")
+        else:
+            self._replace(c, n, "controller")
+        return None
+
+    def _reboot(self, c: Cluster, n: Node, actor: str) -> None:
+        self.actions.append((self._t, "reboot", n.logical_id, actor))
+        n.in_flight, n.status = "reboot", "Pending"
+        self._instance_event(c, n, f"Reboot of EC2 Instance {n.instance_id} is currently in progress")
+        self._at(c, self.reboot_duration_s, lambda: self._rebooted(n))
+
+    def _rebooted(self, n: Node) -> None:
+        n.in_flight, n.status = None, "Running"  # INFERRED: a reboot does not re-run on-start checks
+        if n.truth == "fail" and n.cured_by == "reboot":
+            n.truth = "pass"
+
+    def _replace(self, c: Cluster, n: Node, actor: str) -> None:
+        self.actions.append((self._t, "replace", n.logical_id, actor))
+        n.in_flight, n.status = "replace", "ShuttingDown"
+        self._instance_event(
+            c,
+            n,
+            f"Instance replacement started for EC2 Instance {n.instance_id} in Cluster {c.name} and IG {n.group}",
+        )
+        lcs_s = max(self.replace_duration_s - SHUTDOWN_S, 0.0)
+        self._at(c, min(SHUTDOWN_S, self.replace_duration_s), lambda: self._launched(c, n, lcs_s))
+
+    # ---- provisioning -----------------------------------------------------------------------------
+
+    def _new_instance(self, n: Node) -> None:
+        n.instance_id = "i-" + "".join(self._rng.choice("0123456789abcdef") for _ in range(17))
+        n.instance_ids.append(n.instance_id)
+        n.launch_time = self._t
+        n.private_ip = f"10.1.{self._rng.randrange(256)}.{self._rng.randrange(1, 255)}"
+
+    def _launched(self, c: Cluster, n: Node, lcs_s: float) -> None:
+        """EC2 handed out a (new) instance for ``n``; its lifecycle script now runs for ``lcs_s``."""
+        if n.instance_id:  # a replacement: the new hardware brings its own truth
+            n.truth, n.cured_by = n.replacement_truth, n.replacement_cured_by
+            n.replacement_truth, n.replacement_cured_by = "pass", "replace"
+        self._new_instance(n)
+        n.status = "Pending"
+        self._instance_event(
+            c,
+            n,
+            f"EC2 Instance {n.instance_id} successfully provisioned in Cluster {c.name} and IG {n.group}",
+        )
+        self._lcs_event(c, n, "Started")
+        self._at(c, lcs_s, lambda: self._lcs_done(c, n))
+
+    def _lcs_done(self, c: Cluster, n: Node) -> None:
+        self._lcs_event(c, n, "Succeeded")
+        if n.in_flight == "replace":
+            n.in_flight = None
+            self._instance_event(
+                c,
+                n,
+                f"Instance replacement completed for EC2 Instance {n.instance_id} in Cluster {c.name} and IG {n.group}",
+            )
+        checks = c.groups[n.group].on_start_checks
+        if not checks:
+            n.status = "Running"
+            return
+        # On-start checks: a fresh node has no jobs, so truth "skip" is treated as "pass" (INFERRED).
+        n.status = "DeepHealthCheckInProgress"
+        self._at(c, self._duration(checks), lambda: self._on_start_check_done(c, n))
+
+    def _on_start_check_done(self, c: Cluster, n: Node) -> None:
+        if n.truth != "fail":
+            self._write_result(c, n, passed=True)
+            n.status = "Running"
+            return
+        self._write_result(c, n, passed=False)
+        if c.node_recovery == "Automatic":  # [DOC] the node is replaced and the replacement re-checked
+            self._replace(c, n, "hyperpod")
+        else:  # INFERRED: nobody acts, the node stays isolated in Failure
+            n.status = "Failure"
+
+    # ---- on-demand deep health checks -------------------------------------------------------------
+
+    def _enqueue_check(self, c: Cluster, check: HealthCheck, n: Node, checks: set[str]) -> None:
+        if n.logical_id in check.pending or n.logical_id in check.results:
+            return  # merged request: the node is already part of the active check
+        if n.status != "Running":  # INFERRED: nodes busy at request time are skipped
+            check.results[n.logical_id] = "skip"
+            return
+        check.pending.add(n.logical_id)
+        if n.truth == "skip":  # a job holds the node; HyperPod waits 10 min for it, then skips the node
+            self._at(c, JOB_WAIT_S, lambda: self._check_finished(c, check, n, "skip"))
+        else:
+            self._at(c, CHECK_START_DELAY_S, lambda: self._check_begins(c, check, n, checks))
+
+    def _check_begins(self, c: Cluster, check: HealthCheck, n: Node, checks: set[str]) -> None:
+        if n.status != "Running":  # e.g. rebooted between request and start
+            self._check_finished(c, check, n, "skip")
+            return
+        n.status = "DeepHealthCheckInProgress"
+        self._at(c, self._duration(checks), lambda: self._check_ends(c, check, n))
+
+    def _check_ends(self, c: Cluster, check: HealthCheck, n: Node) -> None:
+        passed = n.truth != "fail"  # a check that already started is not skipped any more
+        self._write_result(c, n, passed=passed)
+        if not passed and c.node_recovery == "Automatic":
+            self._replace(c, n, "hyperpod")  # INFERRED: HyperPod's choice of recovery is always replace here
+        else:
+            n.status = "Running"  # NodeRecovery None: the node is faulty, but HyperPod takes no action
+        self._check_finished(c, check, n, "pass" if passed else "fail")
+
+    def _check_finished(self, c: Cluster, check: HealthCheck, n: Node, outcome: str) -> None:
+        check.results[n.logical_id] = outcome
+        check.pending.discard(n.logical_id)
+        self._maybe_end_check(c, check)
+
+    def _maybe_end_check(self, c: Cluster, check: HealthCheck) -> None:
+        if not check.pending and check.ended is None:
+            check.ended = self._t
+            if c.check is check:
+                c.check = None
+
+    def _duration(self, checks: set[str] | tuple[str, ...]) -> float:
+        return sum(self.check_duration_s[t] for t in set(checks))
+
+    def _write_result(self, c: Cluster, n: Node, passed: bool) -> None:
+        """Append the result line to moto's CloudWatch Logs, at the virtual time.
+
+        Written through moto's backend objects, not PutLogEvents: moto (like AWS) silently rejects events
+        older than 14 days or more than 2 h ahead of *wall* time, and virtual time is neither."""
+        from moto.logs.models import logs_backends
+
+        backend = logs_backends[self.account][self.region]
+        group = f"/aws/sagemaker/Clusters/{c.name}/{c.cluster_id}"
+        stream = f"DeepHealthCheckResults/{n.instance_id}"
+        if group not in backend.groups:
+            backend.create_log_group(group, tags={})
+        log_group = backend.groups[group]
+        if stream not in log_group.streams:
+            log_group.create_log_stream(stream)
+        if passed:
+            line = {"level": "info", "ts": _iso(self._t), "msg": "Deep health check passed"}
+        else:
+            msg = FAULT_MSG.format(region=self.region, itype=n.instance_type)
+            line = {"level": "error", "ts": _iso(self._t), "msg": msg}
+        log_group.streams[stream].put_log_events([{"timestamp": _ms(self._t), "message": json.dumps(line)}])
+
+    # ---- cluster lifecycle, events, time ----------------------------------------------------------
+
+    def _delete(self, c: Cluster) -> None:
+        c.status = "Deleting"
+        self._emit_state_change(c)
+        self._at(c, DELETE_S, lambda: self._gone(c))
+
+    def _gone(self, c: Cluster) -> None:
+        c.gone = True
+        del self._clusters[c.name]
+
+    def _describe(self, c: Cluster, time: Callable[[float], float | int]) -> dict[str, Any]:
+        """DescribeCluster; ``time`` renders timestamps (epoch s for the API, epoch ms for events)."""
+        groups = []
+        for g in c.groups.values():
+            members = [n for n in c.nodes.values() if n.group == g.name]
+            d: dict[str, Any] = {
+                "CurrentCount": sum(1 for n in members if n.instance_id),
+                "TargetCount": len(members),
+                "InstanceGroupName": g.name,
+                "InstanceType": g.instance_type,
+                "LifeCycleConfig": dict(LIFECYCLE),
+                "ExecutionRole": f"arn:aws:iam::{self.account}:role/hyperpod-exec",
+                "ThreadsPerCore": 1,
+                "Status": "InService",
+                "SlurmConfig": {"NodeType": g.node_type},
+            }
+            if g.on_start_checks:
+                d["OnStartDeepHealthChecks"] = list(g.on_start_checks)
+            groups.append(d)
+        return {
+            "ClusterArn": c.arn,
+            "ClusterName": c.name,
+            "ClusterStatus": c.status,
+            "CreationTime": time(c.creation_time),
+            "FailureMessage": "",
+            "InstanceGroups": groups,
+            "Orchestrator": {"Slurm": {}},
+            "NodeRecovery": c.node_recovery,
+            "NodeProvisioningMode": "Continuous",
+        }
+
+    def _envelope(self, c: Cluster, detail_type: str, detail: dict[str, Any]) -> None:
+        self.events.append(
+            {
+                "version": "0",
+                "id": self._uuid(),
+                "detail-type": detail_type,
+                "source": "aws.sagemaker",
+                "account": self.account,
+                "time": _iso(self._t),
+                "region": self.region,
+                "resources": [c.arn],
+                "detail": detail,
+            }
+        )
+
+    def _emit_state_change(self, c: Cluster) -> None:
+        self._envelope(c, "SageMaker HyperPod Cluster State Change", self._describe(c, time=_ms))
+
+    def _instance_event(self, c: Cluster, n: Node, description: str, level: str = "Info", **metadata: str) -> None:
+        record = {
+            "EventId": self._uuid(),
+            "ClusterArn": c.arn,
+            "ClusterName": c.name,
+            "InstanceGroupName": n.group,
+            "InstanceId": n.instance_id,
+            "ResourceType": "Instance",
+            "EventTime": _ms(self._t),
+            "EventLevel": level,
+            "Description": description,
+            "EventDetails": {"EventMetadata": {"Instance": {"NodeLogicalId": n.logical_id, **metadata}}},
+        }
+        c.events.append({**record, "_seq": next(self._seq)})
+        self._envelope(c, "SageMaker HyperPod Cluster Event", {"EventDetails": record})
+
+    def _lcs_event(self, c: Cluster, n: Node, state: str) -> None:
+        self._instance_event(
+            c,
+            n,
+            f"Instance lifecycle script execution for EC2InstanceId {n.instance_id} has {state}",
+            LcsExecutionState=state,
+        )
+
+    def _hostname(self, ip: str) -> str:
+        domain = "ec2.internal" if self.region == "us-east-1" else f"{self.region}.compute.internal"
+        return f"ip-{ip.replace('.', '-')}.{domain}"
+
+    def _uuid(self) -> str:
+        return str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
+
+    def _at(self, c: Cluster, delay: float, fn: Callable[[], None]) -> None:
+        heapq.heappush(self._timers, (self._t + delay, next(self._seq), c, fn))
+
+    def _run_until(self, now: float) -> None:
+        """Run every transition due by ``now`` in time order; transitions may schedule further ones."""
+        while self._timers and self._timers[0][0] <= now:
+            when, _, c, fn = heapq.heappop(self._timers)
+            if c.gone:
+                continue
+            self._t = max(self._t, when)
+            fn()
+        self._t = max(self._t, now)
+
+    def _catch_up(self) -> None:
+        self._run_until(self.clock.now())
+
+
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def _api_event(record: dict[str, Any]) -> dict[str, Any]:
+    """A stored event record as the API returns it: EventTime in epoch seconds, no private fields."""
+    return {k: (v / 1000 if k == "EventTime" else v) for k, v in record.items() if k != "_seq"}
+
+
+def _check_node_ids(ids: list[str], member: str) -> None:
+    # botocore does not enforce patterns client-side; the service does
+    if bad := [i for i in ids if not NODE_ID_RE.fullmatch(i)]:
+        raise _validation(
+            f"Value {bad} at '{member}' failed to satisfy constraint: Member must satisfy "
+            f"regular expression pattern: {NODE_ID_RE.pattern}"
+        )
+
+
+def _paginate(
+    items: list[Any], key: Callable[[Any], list], p: dict[str, Any], descending: bool
+) -> tuple[list[Any], dict[str, str]]:
+    """Sort, then page with a cursor (the sort key of the last item returned), so items that appear or
+    change between pages are neither repeated nor skipped."""
+    size = p.get("MaxResults", DEFAULT_PAGE_SIZE)
+    if not 1 <= size <= 100:
+        raise _validation("MaxResults must be between 1 and 100.")
+    items = sorted(items, key=key, reverse=descending)
+    if token := p.get("NextToken"):
+        try:
+            cursor = json.loads(base64.urlsafe_b64decode(token.encode()))
+        except ValueError as e:
+            raise _validation("Invalid pagination token.") from e
+        items = [i for i in items if (key(i) < cursor if descending else key(i) > cursor)]
+    page = items[:size]
+    if len(items) > size:
+        return page, {"NextToken": base64.urlsafe_b64encode(json.dumps(key(page[-1])).encode()).decode()}
+    return page, {}
+
+
+@contextlib.contextmanager
+def install(fake: FakeHyperPod) -> Iterator[FakeHyperPod]:
+    """Route the HyperPod operations of moto's SageMaker endpoint to ``fake`` (use inside mock_aws()).
+
+    moto's BaseResponse.call_action calls the class method named after the snake_cased action, so
+    patching those names on SageMakerResponse is enough; every other SageMaker call still goes to moto."""
+    from moto.core.utils import camelcase_to_underscores
+    from moto.sagemaker.responses import SageMakerResponse
+
+    def responder(operation: str) -> Callable[[SageMakerResponse], str | tuple[str, dict[str, int]]]:
+        def respond(self: SageMakerResponse) -> str | tuple[str, dict[str, int]]:
+            params = json.loads(self.body or "{}")
+            status, body = fake.handle(operation, params, self.region, self.current_account)
+            return json.dumps(body) if status == 200 else (json.dumps(body), {"status": status})
+
+        return respond
+
+    with contextlib.ExitStack() as stack:
+        for op in OPERATIONS:
+            stack.enter_context(
+                mock.patch.object(SageMakerResponse, camelcase_to_underscores(op), responder(op), create=True)
+            )
+        yield fake

@@ -1,0 +1,114 @@
+from deephealth.domain.nodes import Action, NodeRecord, NodeSnapshot, NodeState, Verdict
+from deephealth.domain.observe import REBOOT_SETTLE_S, GroupContext, Observation, observe
+from deephealth.domain.policy import GroupPolicy, Mode
+
+A, B = "i-0000000000000000a", "i-0000000000000000b"
+GROUPS = {
+    "gpu": GroupContext(GroupPolicy()),
+    "native": GroupContext(GroupPolicy(), on_start_checks=("InstanceStress",)),
+    "off": GroupContext(GroupPolicy(mode=Mode.OFF)),
+    "controller": GroupContext(GroupPolicy(), worker=False),
+}
+
+
+def obs(now=1000.0, logs=None, recovery="None", judge=True) -> Observation:
+    return Observation(now=now, node_recovery=recovery, trigger="t", log_errors=logs, may_judge=judge, groups=GROUPS)
+
+
+def snap(status="Running", iid=A, group="gpu") -> NodeSnapshot:
+    return NodeSnapshot(group=group, instance_id=iid, logical_id="lid", status=status)
+
+
+def rec(state, **kw) -> NodeRecord:
+    return NodeRecord(
+        **{
+            "cluster": "c",
+            "key": "lid",
+            "group": "gpu",
+            "logical_id": "lid",
+            "instance_id": A,
+            "instance_ids": [A],
+            "state": state,
+            "version": 1,
+            **kw,
+        }
+    )
+
+
+def test_new_running_worker_is_queued_once():
+    record, decision = observe("c", None, snap(), obs())
+    assert record.state == NodeState.PENDING and record.ready_at == 1000.0 and decision.from_state is None
+    assert observe("c", record, snap(), obs(now=1100.0)) is None  # the same event again changes nothing
+
+
+def test_nodes_still_provisioning_or_not_watched_are_not_recorded():
+    assert observe("c", None, snap("Pending", iid=None), obs()) is None
+    assert observe("c", None, snap(group="off"), obs()) is None
+    assert observe("c", None, snap(group="controller"), obs()) is None
+    assert observe("c", None, snap(group="unknown-group"), obs()) is None
+
+
+def test_on_start_group_is_observed_not_rechecked():
+    record, _ = observe("c", None, snap("DeepHealthCheckInProgress", group="native"), obs())
+    assert record.state == NodeState.CHECKING and record.observe_only and record.seen_in_progress
+    # Left the check: no verdict until the result logs were read ...
+    assert observe("c", record, snap(group="native"), obs(now=4000.0)) is None
+    # ... then a pass.
+    passed, decision = observe("c", record, snap(group="native"), obs(now=4000.0, logs={}))
+    assert passed.state == NodeState.PASSED and decision.verdict == Verdict.PASSED
+
+
+def test_checking_node_records_in_progress_then_fails_on_log_error():
+    record = rec(NodeState.CHECKING, round_id="r", check_started_at=900.0)
+    seen, _ = observe("c", record, snap("DeepHealthCheckInProgress"), obs(judge=False))
+    assert seen.seen_in_progress
+    failed, decision = observe("c", seen, snap(), obs(now=5000.0, logs={A: "ERROR: NCCL bandwidth"}))
+    assert failed.state == NodeState.RECOVERY_DUE and failed.action == Action.REBOOT
+    assert decision.verdict == Verdict.FAILED and "NCCL" in decision.evidence[0]
+
+
+def test_event_driven_observation_never_judges():
+    record = rec(NodeState.CHECKING, round_id="r", check_started_at=900.0, seen_in_progress=True)
+    assert observe("c", record, snap(), obs(now=5000.0, logs={}, judge=False)) is None
+
+
+def test_reboot_completes_after_node_was_seen_down():
+    record = rec(NodeState.RECOVERING, action=Action.REBOOT, action_at=1000.0)
+    down, _ = observe("c", record, snap("Pending"), obs(now=1100.0))
+    assert down.seen_down and down.state == NodeState.RECOVERING
+    back, _ = observe("c", down, snap(), obs(now=1700.0))
+    assert back.state == NodeState.PENDING and back.ready_at == 1700.0
+
+
+def test_reboot_counts_as_done_after_settle_time_even_if_never_seen_down():
+    record = rec(NodeState.RECOVERING, action=Action.REBOOT, action_at=1000.0)
+    assert observe("c", record, snap(), obs(now=1000.0 + REBOOT_SETTLE_S - 1)) is None
+    assert observe("c", record, snap(), obs(now=1000.0 + REBOOT_SETTLE_S))[0].state == NodeState.PENDING
+
+
+def test_replacement_keeps_the_logical_id_and_the_instance_trail():
+    record = rec(NodeState.RECOVERING, action=Action.REPLACE, action_at=1000.0)
+    new, decision = observe("c", record, snap(iid=B), obs(now=3000.0))
+    assert new.state == NodeState.PENDING and new.key == "lid"
+    assert new.instance_id == B and new.instance_ids == [A, B] and decision.instance_id == B
+
+
+def test_hyperpod_recovery_within_grace_is_recorded_not_duplicated():
+    record = rec(NodeState.RECOVERY_DUE, action=Action.AWAIT_HYPERPOD, not_before=5000.0)
+    acting, _ = observe("c", record, snap("ShuttingDown"), obs(recovery="Automatic"))
+    assert acting.state == NodeState.RECOVERING and acting.action == Action.HYPERPOD and acting.attempts == 1
+    replaced, _ = observe("c", record, snap(iid=B), obs(recovery="Automatic"))
+    assert replaced.state == NodeState.PENDING and replaced.attempts == 1
+
+
+def test_new_instance_under_a_passed_node_is_checked_but_quarantine_sticks():
+    assert observe("c", rec(NodeState.PASSED), snap(iid=B), obs())[0].state == NodeState.PENDING
+    kept, _ = observe("c", rec(NodeState.QUARANTINED), snap(iid=B), obs())
+    assert kept.state == NodeState.QUARANTINED and kept.instance_ids == [A, B]
+
+
+def test_unlisted_node_is_gone_and_comes_back_if_listed_again():
+    gone, _ = observe("c", rec(NodeState.PENDING), None, obs())
+    assert gone.state == NodeState.GONE
+    assert observe("c", gone, None, obs()) is None
+    assert observe("c", gone, snap(), obs())[0].state == NodeState.PENDING

@@ -1,0 +1,97 @@
+import pytest
+from deephealth.domain.nodes import NodeRecord, NodeState
+from deephealth.domain.observe import GroupContext
+from deephealth.domain.policy import GroupPolicy, Mode
+from deephealth.domain.rounds import (
+    FIRST_POLL_S,
+    MAX_CONFIGS_PER_CHECK,
+    MAX_IDS_PER_CONFIG,
+    RoundState,
+    build_check_request,
+    chunks,
+    claimable,
+    gather_delay,
+    group_checks,
+    next_wait,
+    round_name,
+    select_for_round,
+)
+
+
+def pending(i: int, group="g", ready_at=100.0, **kw) -> NodeRecord:
+    fields = {"state": NodeState.PENDING, **kw}
+    return NodeRecord(cluster="c", key=f"n{i}", group=group, instance_id=f"i-{i:017x}", ready_at=ready_at, **fields)
+
+
+GROUPS = {"g": GroupContext(GroupPolicy(checks=("InstanceStress", "InstanceConnectivity"), gather_window_s=300))}
+
+
+def test_chunks_respect_limits():
+    assert [len(c) for c in chunks(list(range(60)), 25)] == [25, 25, 10]
+
+
+def test_a_3000_node_round_fits_one_request_and_a_small_payload():
+    nodes = [pending(i) for i in range(3000)]
+    chosen = select_for_round(claimable(nodes, GROUPS), max_nodes=3000)
+    configs = build_check_request(chosen, GROUPS)
+    assert len(chosen) == 3000 and len(configs) == 6
+    assert all(len(c["InstanceIds"]) <= MAX_IDS_PER_CONFIG for c in configs)
+    assert sorted(i for c in configs for i in c["InstanceIds"]) == sorted(n.instance_id for n in nodes)
+    payload = RoundState(cluster="c", round_seq=1, claimed=3000).model_dump_json()
+    assert len(payload) < 1024  # node state lives in DynamoDB, not in the execution
+
+
+def test_selection_stops_at_99_configurations():
+    groups = {f"g{i}": GroupContext(GroupPolicy()) for i in range(120)}
+    nodes = [pending(i, group=f"g{i}") for i in range(120)]
+    chosen = select_for_round(claimable(nodes, groups), max_nodes=10_000)
+    assert len(chosen) == MAX_CONFIGS_PER_CHECK
+    assert len(build_check_request(chosen, groups)) == MAX_CONFIGS_PER_CHECK
+
+
+def test_claimable_skips_observe_only_off_and_unready():
+    groups = {
+        "g": GroupContext(GroupPolicy()),
+        "native": GroupContext(GroupPolicy(), on_start_checks=("InstanceStress",)),
+        "off": GroupContext(GroupPolicy(mode=Mode.OFF)),
+        "ctl": GroupContext(GroupPolicy(), worker=False),
+    }
+    nodes = [
+        pending(1),
+        pending(2, group="native"),
+        pending(3, group="off"),
+        pending(4, group="ctl"),
+        pending(5, ready_at=None),
+        pending(6, state=NodeState.PASSED),
+    ]
+    assert [n.key for n in claimable(nodes, groups)] == ["n1"]
+
+
+def test_connectivity_needs_two_nodes_of_the_group():
+    assert group_checks(["InstanceStress", "InstanceConnectivity"], 1) == ["InstanceStress"]
+    assert group_checks(["InstanceConnectivity"], 1) == ["InstanceStress"]
+    assert group_checks(["InstanceStress", "InstanceConnectivity"], 2) == ["InstanceStress", "InstanceConnectivity"]
+
+
+def test_gather_waits_for_the_oldest_nodes_window_only():
+    assert gather_delay([pending(1, ready_at=1000.0)], GROUPS, now=1100.0) == 200
+    assert gather_delay([pending(1, ready_at=1000.0)], GROUPS, now=2000.0) == 0
+    assert gather_delay([], GROUPS, now=0) == 0
+
+
+@pytest.mark.parametrize(
+    ("elapsed", "awaiting", "expected"),
+    [
+        (0, True, FIRST_POLL_S),  # confirm the nodes entered the check
+        (FIRST_POLL_S, True, 60),  # watch for skipped nodes while the 10-minute queue rule can apply
+        (FIRST_POLL_S, False, int(0.8 * 2700 - FIRST_POLL_S)),  # sleep through the bulk of the check
+        (2500, False, 60),  # poll at the interval near the expected end
+    ],
+)
+def test_adaptive_polling(elapsed, awaiting, expected):
+    assert next_wait(0.0, float(elapsed), 2700, 60, awaiting) == expected
+
+
+def test_round_names_are_deterministic_and_valid():
+    assert round_name("my.cluster", 7) == "my-cluster-r000007"
+    assert len(round_name("a" * 63, 999999)) <= 80
