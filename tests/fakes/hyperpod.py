@@ -15,8 +15,29 @@ Use it inside ``moto.mock_aws()``::
         sm.start_cluster_health_check(...)
         fake.advance(3600)
 
-Shapes follow the botocore 1.44.8 service model. Behaviour that AWS does not document is marked
-``INFERRED`` where it is decided; the module docstring of the tests lists the important ones.
+Shapes follow the botocore 1.44.8 service model. Behaviour AWS does not document is marked ``INFERRED``
+where it is decided. The ones a controller can notice:
+
+- ListClusterNodes pages 10 nodes when MaxResults is absent; NextToken is an opaque cursor. Nodes still
+  waiting for EC2 (IncludeNodeLogicalIds=true only) show InstanceId "" and Status Pending; ``add_node``
+  nodes get their instance id after ``launch_delay_s`` and stay Pending while the lifecycle script runs.
+- StartClusterHealthCheck rejects bad input with ValidationException (the model lists only
+  ResourceNotFound). Nodes not Running at request time are skipped; the others show
+  DeepHealthCheckInProgress 30 s after the request. A "skip" node (job running) stays Running and is
+  released after 10 min. The error text for a second active request is made up around the doc sentence.
+- A failed on-demand check: NodeRecovery Automatic -> HyperPod replaces (never reboots) the instance;
+  None -> the node goes back to Running. A failed on-start check with None leaves the node in Failure.
+- Reboot: Pending for ``reboot_duration_s``, no on-start checks afterwards. Replace: ShuttingDown for
+  60 s, then a new instance id, Pending, Running ``replace_duration_s`` after the request (then on-start
+  checks, if the group has them).
+- Batch per-node errors, first match wins: unknown -> InstanceIdNotFound; replace of a Slurm controller
+  -> InvalidInstanceStatus; reboot/replace in flight -> InstanceIdInUse; DeepHealthCheckInProgress,
+  Pending, ShuttingDown, SystemUpdating or no instance yet -> InvalidInstanceStatus. Failure is allowed.
+- DescribeClusterNode of an unknown (or replaced) instance id -> ResourceNotFound.
+- A Deleting cluster still answers Describe/List but refuses checks and node actions; 300 s later it is
+  gone. Clusters are visible only to the fake's own region and account.
+- The replacement event texts ("Instance replacement started|completed for EC2 Instance <id> in Cluster
+  <c> and IG <g>") complete wording the events reference truncates.
 """
 
 from __future__ import annotations
@@ -106,7 +127,7 @@ class Node:
     logical_id: str
     group: str
     instance_type: str
-    created: float  # the logical node's creation; stable across replacements, used for CREATION_TIME order
+    created: float  # the logical node's creation, stable across replacements
     seq: int  # tie-breaker so sort keys (and page cursors) are unique
     az: str
     status: str = "Pending"
@@ -119,6 +140,11 @@ class Node:
     replacement_truth: Outcome = "pass"  # one-shot: what the next replacement instance will be
     replacement_cured_by: Cure = "replace"
     in_flight: str | None = None  # "reboot" | "replace" while one runs: a second action gets InstanceIdInUse
+
+    @property
+    def launched(self) -> float:
+        """LaunchTime as the API shows it; a node still waiting for EC2 shows its creation time (INFERRED)."""
+        return self.launch_time or self.created
 
 
 @dataclass
@@ -353,14 +379,14 @@ class FakeHyperPod:
         with_logical = bool(p.get("IncludeNodeLogicalIds", False))
         nodes = [n for n in c.nodes.values() if with_logical or n.instance_id]
         nodes = [n for n in nodes if p.get("InstanceGroupNameContains", "") in n.group]
+        # INFERRED: "creation time" is the LaunchTime the summaries show (a replacement is a new instance and
+        # moves to the end); nodes have no name, so NAME orders by group, then instance id.
         if "CreationTimeAfter" in p:
-            nodes = [n for n in nodes if n.launch_time > p["CreationTimeAfter"]]
+            nodes = [n for n in nodes if n.launched > p["CreationTimeAfter"]]
         if "CreationTimeBefore" in p:
-            nodes = [n for n in nodes if n.launch_time < p["CreationTimeBefore"]]
-        # CREATION_TIME (the default) is the logical node's, so a replacement does not move it between pages.
-        # INFERRED: nodes have no name; NAME orders by group, then instance id.
+            nodes = [n for n in nodes if n.launched < p["CreationTimeBefore"]]
         by_name = p.get("SortBy") == "NAME"
-        key = (lambda n: [n.group, n.instance_id, n.seq]) if by_name else (lambda n: [n.created, n.seq])
+        key = (lambda n: [n.group, n.instance_id, n.seq]) if by_name else (lambda n: [n.launched, n.seq])
         page, token = _paginate(nodes, key, p, descending=p.get("SortOrder") == "Descending")
         summaries = []
         for n in page:
@@ -368,7 +394,7 @@ class FakeHyperPod:
                 "InstanceGroupName": n.group,
                 "InstanceId": n.instance_id,  # INFERRED: "" for a node still being provisioned
                 "InstanceType": n.instance_type,
-                "LaunchTime": n.launch_time or n.created,
+                "LaunchTime": n.launched,
                 "InstanceStatus": {"Status": n.status, "Message": ""},
             }
             if with_logical:
@@ -396,7 +422,7 @@ class FakeHyperPod:
             "NodeLogicalId": n.logical_id,
             "InstanceStatus": {"Status": n.status, "Message": ""},
             "InstanceType": n.instance_type,
-            "LaunchTime": n.launch_time or n.created,
+            "LaunchTime": n.launched,
             "LifeCycleConfig": dict(LIFECYCLE),
             "ThreadsPerCore": 1,
             "Placement": {"AvailabilityZone": n.az},

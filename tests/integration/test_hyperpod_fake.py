@@ -3,12 +3,14 @@ the 1.44.8 service model and parses every response)."""
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import boto3
+import botocore.session
 import pytest
 from botocore.client import BaseClient
 from botocore.config import Config
@@ -28,14 +30,24 @@ class Env:
     logs: BaseClient
 
 
+@functools.cache
+def _session() -> botocore.session.Session:
+    # One botocore session for the module: each new session re-parses the multi-MB SageMaker model
+    # (~0.15 s a client), which would dominate this file's run time.
+    return botocore.session.Session()
+
+
 @pytest.fixture
 def env() -> Iterator[Env]:
     fake = FakeHyperPod(Clock())
     with mock_aws(), install(fake):
         # no retries: an injected error must surface on the first attempt, and backoff would sleep for real
         config = Config(retries={"total_max_attempts": 1})
+        session = boto3.Session(botocore_session=_session())
         yield Env(
-            fake, boto3.client("sagemaker", region_name=REGION, config=config), boto3.client("logs", region_name=REGION)
+            fake,
+            session.client("sagemaker", region_name=REGION, config=config),
+            session.client("logs", region_name=REGION),
         )
 
 

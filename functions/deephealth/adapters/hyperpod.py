@@ -135,8 +135,9 @@ class HyperPod:
             d = self.sm.describe_cluster_node(ClusterName=cluster, **params)["NodeDetails"]
         except ClientError as err:
             code = err.response.get("Error", {}).get("Code", "")
-            if code == "ValidationException" and "node" in err.response["Error"].get("Message", "").lower():
-                return None  # unknown node id
+            # The caller has just described the cluster, so "not found" here is about the node.
+            if code in NOT_FOUND_CODES or (code == "ValidationException" and "node" in str(err).lower()):
+                return None
             _raise_mapped(err)
         except BotoCoreError as err:
             _raise_mapped(err)

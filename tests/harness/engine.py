@@ -1,0 +1,199 @@
+"""Run the real controller, as synthesized, against the HyperPod fake on virtual time.
+
+moto provides DynamoDB, SSM, CloudWatch Logs, Lambda (in-process, see `moto_patches`) and Step Functions
+(its ASL interpreter runs the deployed definition). The EventBridge rules are the synthesized patterns,
+evaluated with moto's own matcher; matching events go to the Intake function, and the schedule rule's
+Reconcile runs every `reconcile_every_s` of virtual time.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+from unittest import mock
+
+import boto3
+from moto import mock_aws
+from moto.events.models import EventPattern
+
+from tests.fakes.hyperpod import FakeHyperPod, install
+from tests.harness import moto_patches
+from tests.harness.template import ControllerTemplate
+
+ACCOUNT, REGION = "123456789012", "us-east-1"
+TABLE_NAME = "hyperpod-dhc-nodes"
+CONFIG_PARAMETER_NAME = "/hyperpod-dhc/config"
+STEP_S = 60.0  # virtual time advances in steps of at most this, delivering events in between
+MOTO_CONFIG = {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
+
+
+class Harness:
+    def __init__(
+        self,
+        template: ControllerTemplate,
+        fake: FakeHyperPod,
+        config: dict[str, Any] | None = None,
+        reconcile_every_s: float | None = None,
+    ) -> None:
+        self.template = template
+        self.fake = fake
+        self.clock = fake.clock
+        self.config = config or {}
+        self.reconcile_every_s = reconcile_every_s or 60.0 * template.reconcile_every_minutes
+        self._lock = threading.RLock()
+        self._next_reconcile = self.clock.now() + self.reconcile_every_s
+        self.delivered: list[dict] = []
+        self.unmatched: list[dict] = []
+        self.intake_results: list[dict] = []
+        self._stack: list[Any] = []
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    def __enter__(self) -> Harness:
+        from deephealth.adapters import aws
+        from deephealth.domain.policy import parse_config
+
+        parse_config(self.config)  # the same validation as synth: a bad test config fails here, clearly
+        for cm in (
+            mock_aws(config=MOTO_CONFIG),
+            install(self.fake),
+            moto_patches.patched(self.advance),
+            mock.patch("deephealth.adapters.clock.now", self.clock.now),
+        ):
+            cm.__enter__()
+            self._stack.append(cm)
+        aws.reset()
+        _clear_parameter_cache()
+        self._create_resources()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wait_for_executions(timeout_s=30)
+        while self._stack:
+            self._stack.pop().__exit__(None, None, None)
+
+    def _create_resources(self) -> None:
+        ddb = boto3.client("dynamodb", region_name=REGION)
+        ddb.create_table(
+            TableName=TABLE_NAME,
+            BillingMode="PAY_PER_REQUEST",
+            AttributeDefinitions=[{"AttributeName": k, "AttributeType": "S"} for k in ("pk", "sk")],
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        )
+        boto3.client("ssm", region_name=REGION).put_parameter(
+            Name=CONFIG_PARAMETER_NAME, Type="String", Value=json.dumps(self.config)
+        )
+        role = boto3.client("iam", region_name=REGION).create_role(
+            RoleName="controller", AssumeRolePolicyDocument="{}"
+        )["Role"]["Arn"]
+        self.state_machine_arn = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{self.template.state_machine_name}"
+        lam = boto3.client("lambda", region_name=REGION)
+        arns = {}
+        for fn in self.template.functions:
+            env = {**fn.literal_env, "TABLE_NAME": TABLE_NAME, "CONFIG_PARAMETER_NAME": CONFIG_PARAMETER_NAME}
+            if fn.starts_rounds:
+                env["ROUND_STATE_MACHINE_ARN"] = self.state_machine_arn
+            arns[fn.logical_id] = lam.create_function(
+                FunctionName=fn.construct_id,
+                Runtime="python3.12",
+                Role=role,
+                Handler=fn.handler,
+                Code={"ZipFile": b"in-process"},
+                Environment={"Variables": env},
+            )["FunctionArn"]
+        self.function_arns = arns
+        self.intake_arn = arns[self.template.intake_logical_id]
+        self.reconcile_arn = arns[self.template.reconcile_logical_id]
+        self.definition = self.template.definition(arns)
+        self.sfn = boto3.client("stepfunctions", region_name=REGION)
+        created = self.sfn.create_state_machine(
+            name=self.template.state_machine_name, definition=self.definition, roleArn=role, type="STANDARD"
+        )
+        assert created["stateMachineArn"] == self.state_machine_arn
+        self.lam = lam
+        self.patterns = [EventPattern.load(json.dumps(p)) for p in self.template.event_patterns]
+
+    # -- the world moves ---------------------------------------------------------------------------
+    def advance(self, seconds: float) -> None:
+        """Advance virtual time (called by Wait states and Retry back-off too), delivering what happens."""
+        with self._lock:
+            remaining = max(0.0, seconds)
+            while True:
+                step = min(STEP_S, remaining)
+                if step > 0:
+                    self.clock.advance(step)
+                    remaining -= step
+                for event in self.fake.drain_events():
+                    self.deliver(event)
+                if self.clock.now() >= self._next_reconcile:
+                    self._next_reconcile = self.clock.now() + self.reconcile_every_s
+                    self.invoke(self.reconcile_arn, {"source": "aws.events", "detail-type": "Scheduled Event"})
+                if remaining <= 0:
+                    return
+
+    def deliver(self, event: dict) -> None:
+        """An EventBridge event: to Intake if any synthesized rule pattern matches it (as in AWS)."""
+        if any(p.matches_event(event) for p in self.patterns):
+            self.delivered.append(event)
+            self.intake_results.append(self.invoke(self.intake_arn, event))
+        else:
+            self.unmatched.append(event)
+
+    def invoke(self, arn: str, payload: dict) -> dict:
+        response = self.lam.invoke(FunctionName=arn, Payload=json.dumps(payload).encode())
+        body = json.loads(response["Payload"].read() or b"null")
+        if response.get("FunctionError"):
+            raise AssertionError(f"{arn} failed: {body}")
+        return body
+
+    def reconcile(self) -> dict:
+        return self.invoke(self.reconcile_arn, {"source": "aws.events", "detail-type": "Scheduled Event"})
+
+    # -- running ------------------------------------------------------------------------------------
+    def running(self) -> list[dict]:
+        pages = self.sfn.get_paginator("list_executions").paginate(
+            stateMachineArn=self.state_machine_arn, statusFilter="RUNNING"
+        )
+        return [e for p in pages for e in p["executions"]]
+
+    def executions(self) -> list[dict]:
+        pages = self.sfn.get_paginator("list_executions").paginate(stateMachineArn=self.state_machine_arn)
+        return [e for p in pages for e in p["executions"]]
+
+    def wait_for_executions(self, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while self.running() and time.monotonic() < deadline:
+            time.sleep(0.01)
+
+    def run_until(self, done: Callable[[], bool], horizon_s: float, idle_step_s: float = STEP_S) -> float:
+        """Let the controller work until `done()` or the horizon; returns virtual seconds elapsed.
+
+        While an execution runs its Wait states drive the clock; when none runs, time moves in idle steps.
+        """
+        start = self.clock.now()
+        while self.clock.now() - start < horizon_s:
+            if self.running():
+                time.sleep(0.002)
+                continue
+            if done():
+                break
+            self.advance(idle_step_s)
+        self.wait_for_executions()
+        return self.clock.now() - start
+
+    def history(self, execution_arn: str) -> list[dict]:
+        pages = self.sfn.get_paginator("get_execution_history").paginate(executionArn=execution_arn)
+        return [e for p in pages for e in p["events"]]
+
+    def records(self, cluster: str) -> dict:
+        from deephealth.adapters.node_table import NodeTable
+
+        return NodeTable(TABLE_NAME).load_cluster(cluster)
+
+
+def _clear_parameter_cache() -> None:
+    from aws_lambda_powertools.utilities import parameters
+
+    parameters.clear_caches()

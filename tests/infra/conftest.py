@@ -1,0 +1,58 @@
+"""Synthesize the stack once per session; every infra test reads the same template."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pytest
+
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+
+from aws_cdk.assertions import Template  # noqa: E402
+
+from infra.stack import HyperPodDhcStack  # noqa: E402
+from tests.infra import synth  # noqa: E402
+from tests.infra.asl import round_definition, round_task_functions  # noqa: E402
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Registered by pytest-xdist too; repeated here so the marker is known with `-p no:xdist`.
+    config.addinivalue_line("markers", "xdist_group(name): run in the same xdist worker")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # All infra tests share the session-scoped synth: keep them on one worker under `--dist loadgroup`.
+    here = os.path.dirname(__file__)
+    for item in items:
+        if str(item.path).startswith(here + os.sep):
+            item.add_marker(pytest.mark.xdist_group("infra"))
+
+
+@pytest.fixture(scope="session")
+def stack() -> HyperPodDhcStack:
+    return HyperPodDhcStack(synth.app(), synth.STACK_ID)
+
+
+@pytest.fixture(scope="session")
+def template(stack: HyperPodDhcStack) -> Template:
+    return Template.from_stack(stack)
+
+
+@pytest.fixture(scope="session")
+def template_json(template: Template) -> dict[str, Any]:
+    return template.to_json()
+
+
+@pytest.fixture(scope="session")
+def function_arns(template_json: dict[str, Any]) -> dict[str, str]:
+    """Construct id -> a fake but well-formed ARN for each task function of the round."""
+    return {
+        name: f"arn:aws:lambda:us-east-1:123456789012:function:HyperPodDhc-{name}"
+        for name in round_task_functions(template_json)
+    }
+
+
+@pytest.fixture(scope="session")
+def resolved_definition(template_json: dict[str, Any], function_arns: dict[str, str]) -> str:
+    return round_definition(template_json, function_arns)
