@@ -1,0 +1,114 @@
+"""The controller end to end: the synthesized workflow, the real handlers, moto and the HyperPod fake."""
+
+from collections import Counter
+
+import pytest
+
+from deephealth.domain.nodes import FINAL_STATES, NodeState, Verdict
+from tests.fakes.hyperpod import GroupSpec
+
+RECHECK = {"clusters": ["demo"], "defaults": {"gather_window_s": 120, "recovery": "reboot-then-replace"}}
+
+
+def _all_final(harness, cluster, expected):
+    records = harness.records(cluster)
+    return len(records) == expected and all(r.state in FINAL_STATES for r in records.values())
+
+
+def _controller_actions(fake):
+    return Counter((lid, kind) for _, kind, lid, actor in fake.actions if actor == "controller")
+
+
+@pytest.mark.controller_config(RECHECK)
+def test_forty_four_nodes_over_three_groups_all_end_with_a_verdict(harness, fake):
+    fake.create_cluster("demo", [GroupSpec("controller", "ml.m5.xlarge", count=1, node_type="Controller"),
+                                 GroupSpec("p5", count=0), GroupSpec("p4d", "ml.p4d.24xlarge"),
+                                 GroupSpec("g5", "ml.g5.8xlarge")])
+    arrivals = [("p5", 20), ("p4d", 14), ("g5", 10)]
+    lids = {g: [fake.add_node("demo", g, ready_after_s=600 + 300 * i) for i in range(n)] for g, n in arrivals}
+    transient = [lids["p5"][3], lids["p4d"][5], lids["g5"][1]]
+    persistent = [lids["p5"][11], lids["g5"][7]]
+    skipped = lids["p4d"][0]
+    for lid in transient:
+        fake.set_truth("demo", lid, "fail", cured_by="reboot")
+    for lid in persistent:
+        fake.set_truth("demo", lid, "fail", cured_by="replace")
+    fake.set_truth("demo", skipped, "skip")
+
+    harness.run_until(lambda: _all_final(harness, "demo", 44), horizon_s=24 * 3600)
+
+    records = harness.records("demo")
+    by_lid = {r.logical_id: r for r in records.values()}
+    assert len(records) == 44, "the controller node is never recorded; every worker is"
+    assert all(r.state in FINAL_STATES for r in records.values()), Counter(r.state for r in records.values())
+    for lid in transient:
+        assert by_lid[lid].state == NodeState.PASSED and by_lid[lid].attempts == 1
+        assert _controller_actions(fake)[(lid, "reboot")] == 1 and not _controller_actions(fake)[(lid, "replace")]
+    for lid in persistent:
+        r = by_lid[lid]
+        assert r.state == NodeState.PASSED and r.attempts == 2 and len(r.instance_ids) == 2
+        assert _controller_actions(fake)[(lid, "reboot")] == 1 and _controller_actions(fake)[(lid, "replace")] == 1
+    assert by_lid[skipped].state == NodeState.INCONCLUSIVE and by_lid[skipped].verdict == Verdict.SKIPPED
+    healthy = set(by_lid) - set(transient) - set(persistent) - {skipped}
+    assert all(by_lid[lid].state == NodeState.PASSED and by_lid[lid].attempts == 0 for lid in healthy)
+    assert not any(lid in healthy for lid, _ in _controller_actions(fake)), "a healthy node was acted on"
+    assert max(_controller_actions(fake).values()) == 1, "no node gets the same action twice for one failure"
+    assert fake.started_while_active == 0 and not fake.rejected_while_active
+    assert all(e["status"] == "SUCCEEDED" for e in harness.executions())
+    assert not harness.unmatched, "every event HyperPod sent matched a deployed rule pattern"
+
+
+@pytest.mark.controller_config({"clusters": ["demo"], "defaults": {"gather_window_s": 0}})
+def test_node_recovery_automatic_hyperpod_replaces_and_the_controller_does_not_fight(harness, fake):
+    fake.create_cluster("demo", [GroupSpec("workers", count=3)], node_recovery="Automatic")
+    bad = next(iter(fake.cluster("demo").nodes))
+    fake.set_truth("demo", bad, "fail")
+    harness.run_until(lambda: _all_final(harness, "demo", 3), horizon_s=12 * 3600)
+    record = harness.records("demo")[bad]
+    assert record.state == NodeState.PASSED and len(record.instance_ids) == 2
+    assert any(h.reason.startswith("HyperPod replaced the instance") for h in record.history)
+    assert not _controller_actions(fake), "HyperPod recovered the node; the controller made no call"
+    assert [a for _, a, lid, actor in fake.actions if actor == "hyperpod"] == ["replace"]
+
+
+@pytest.mark.controller_config({"clusters": ["demo"], "defaults": {"gather_window_s": 0}})
+def test_cluster_deleted_mid_round_closes_its_nodes_out(harness, fake):
+    fake.create_cluster("demo", [GroupSpec("workers", count=5)])
+    harness.run_until(lambda: fake.calls["StartClusterHealthCheck"] > 0, horizon_s=3600)
+    fake.delete_cluster("demo")
+    harness.run_until(lambda: False, horizon_s=2 * 3600)
+    assert {r.state for r in harness.records("demo").values()} == {NodeState.GONE}
+    assert not harness.running()
+    assert all(e["status"] in ("SUCCEEDED", "FAILED") for e in harness.executions())
+
+
+@pytest.mark.controller_config({"clusters": ["demo"], "defaults": {"gather_window_s": 0}})
+def test_busy_cluster_start_is_retried_until_the_other_check_ends(harness, fake):
+    import boto3
+
+    fake.create_cluster("demo", [GroupSpec("workers", count=4)])
+    ids = [n.instance_id for n in fake.cluster("demo").nodes.values()]
+    # Someone else's check (an operator's) is active when the controller's round starts.
+    boto3.client("sagemaker", region_name="us-east-1").start_cluster_health_check(
+        ClusterName="demo",
+        DeepHealthCheckConfigurations=[{"InstanceGroupName": "workers", "InstanceIds": ids[:1],
+                                        "DeepHealthChecks": ["InstanceStress"]}])
+    harness.run_until(lambda: _all_final(harness, "demo", 4), horizon_s=8 * 3600)
+    assert fake.rejected_while_active, "the controller's first start met the active check"
+    assert {r.state for r in harness.records("demo").values()} == {NodeState.PASSED}
+    starts = [e for e in harness.executions() if e["status"] == "SUCCEEDED"]
+    history = [ev["type"] for e in starts for ev in harness.history(e["executionArn"])]
+    assert "TaskFailed" in history or "LambdaFunctionFailed" in history  # ClusterBusy, then Retry
+
+
+@pytest.mark.controller_config({"clusters": ["demo"]})
+def test_on_start_group_is_observed_without_a_duplicate_check(harness, fake):
+    fake.create_cluster("demo", [GroupSpec("native", on_start_checks=("InstanceStress",))])
+    lids = [fake.add_node("demo", "native", ready_after_s=600) for _ in range(3)]
+    fake.set_truth("demo", lids[0], "fail")
+    harness.run_until(lambda: sum(r.state == NodeState.PASSED for r in harness.records("demo").values()) >= 2,
+                      horizon_s=6 * 3600)
+    assert fake.calls["StartClusterHealthCheck"] == 0
+    records = harness.records("demo")
+    assert all(records[lid].state == NodeState.PASSED for lid in lids[1:])
+    assert all(any("on-start" in h.reason for h in records[lid].history) for lid in lids[1:])
