@@ -35,6 +35,8 @@ from deephealth.observability import MetricUnit, logger, metrics
 
 CLOSING_STATUSES = frozenset({"Deleting", "Failed"})
 MAX_POLLS = 2000  # a hard stop far beyond any check timeout, in case the clock misbehaves
+# DescribeCluster answers change rarely (groups, NodeRecovery); a warm Lambda reuses them this long.
+CLUSTER_INFO_TTL_S = 300
 
 
 @dataclass
@@ -60,6 +62,7 @@ class Controller:
         self.clock = clock
         self.logs = logs or ResultLogs()
         self.starter = starter
+        self._cluster_info: dict[str, tuple[float, ClusterInfo]] = {}
 
     # -- intake ----------------------------------------------------------------------------------------
     def handle_signal(self, signal: NodeSignal | ClusterSignal | Ignored) -> str:
@@ -121,7 +124,7 @@ class Controller:
 
     def reconcile_cluster(self, cluster: str, trigger: str) -> str:
         try:
-            view = self.observe_cluster(cluster, trigger)
+            view = self.observe_cluster(cluster, trigger, fresh=True)
         except ClusterNotFound:
             return self.close_cluster(cluster, "cluster not found", trigger)
         if view.info.status in CLOSING_STATUSES:
@@ -138,9 +141,9 @@ class Controller:
         self.table.unregister_cluster(cluster)
         return f"closed out {len(changes)} node(s): {reason}"
 
-    def observe_cluster(self, cluster: str, trigger: str) -> ClusterView:
+    def observe_cluster(self, cluster: str, trigger: str, fresh: bool = False) -> ClusterView:
         """One paginated ListClusterNodes pass (+ one result-log query if a check ended) folded into records."""
-        view = self._view(cluster)
+        view = self._view(cluster, fresh=fresh)
         snapshots = {s.key: s for s in self.hyperpod.list_nodes(cluster) if s.key}
         checking = [r for r in view.records.values() if r.state == NodeState.CHECKING]
         left = [r for r in checking if (s := snapshots.get(r.key)) is None or s.status != IN_PROGRESS]
@@ -350,8 +353,20 @@ class Controller:
         return state.model_copy(update={"done": True})
 
     # -- helpers -------------------------------------------------------------------------------------
-    def _view(self, cluster: str, load_records: bool = True) -> ClusterView:
-        info = self.hyperpod.describe_cluster(cluster)
+    def _describe(self, cluster: str, fresh: bool = False) -> ClusterInfo:
+        now = self.clock()
+        cached = self._cluster_info.get(cluster)
+        if fresh or cached is None or now - cached[0] > CLUSTER_INFO_TTL_S:
+            try:
+                cached = (now, self.hyperpod.describe_cluster(cluster))
+            except ClusterNotFound:
+                self._cluster_info.pop(cluster, None)
+                raise
+            self._cluster_info[cluster] = cached
+        return cached[1]
+
+    def _view(self, cluster: str, load_records: bool = True, fresh: bool = False) -> ClusterView:
+        info = self._describe(cluster, fresh)
         config = self.config()
         groups = {
             name: GroupContext(

@@ -49,6 +49,7 @@ class Harness:
         self.unmatched: list[dict] = []
         self.intake_results: list[dict] = []
         self._stack: list[Any] = []
+        self.retry_back_offs: list[float] = []  # seconds of every ASL Retry back-off, in order
 
     # -- lifecycle -------------------------------------------------------------------------------
     def __enter__(self) -> Harness:
@@ -59,7 +60,7 @@ class Harness:
         for cm in (
             mock_aws(config=MOTO_CONFIG),
             install(self.fake),
-            moto_patches.patched(self.advance),
+            moto_patches.patched(self.advance, self._retry_back_off),
             mock.patch("deephealth.adapters.clock.now", self.clock.now),
         ):
             cm.__enter__()
@@ -132,6 +133,10 @@ class Harness:
                     self.invoke(self.reconcile_arn, {"source": "aws.events", "detail-type": "Scheduled Event"})
                 if remaining <= 0:
                     return
+
+    def _retry_back_off(self, seconds: float) -> None:
+        self.retry_back_offs.append(seconds)
+        self.advance(seconds)
 
     def deliver(self, event: dict) -> None:
         """An EventBridge event: to Intake if any synthesized rule pattern matches it (as in AWS)."""

@@ -66,8 +66,9 @@ def _invoke(
 
 
 @contextlib.contextmanager
-def patched(on_wait: Callable[[float], None]) -> Iterator[None]:
-    """Run Lambda tasks in-process and turn every Wait/Retry sleep into `on_wait(seconds)`."""
+def patched(on_wait: Callable[[float], None], on_retry: Callable[[float], None] | None = None) -> Iterator[None]:
+    """Run Lambda tasks in-process; Wait states call `on_wait(seconds)`, Retry back-off `on_retry(seconds)`."""
+    on_retry = on_retry or on_wait
 
     def wait_interval(self: Any, env: Any, wait_seconds: int) -> None:
         on_wait(float(wait_seconds))
@@ -75,6 +76,6 @@ def patched(on_wait: Callable[[float], None]) -> Iterator[None]:
     with (
         mock.patch.object(LambdaSimpleBackend, "invoke", _invoke),
         mock.patch.object(wait_function.WaitFunction, "_wait_interval", wait_interval),
-        mock.patch.object(retrier_decl, "time", types.SimpleNamespace(sleep=lambda s: on_wait(float(s)))),
+        mock.patch.object(retrier_decl, "time", types.SimpleNamespace(sleep=lambda s: on_retry(float(s)))),
     ):
         yield

@@ -13,7 +13,6 @@ def _synth(context_json: str) -> dict[str, Any]:
     from aws_cdk.assertions import Template
 
     from infra.app import build
-
     from infra.controller_config import CONTEXT_KEY, REPO_ROOT
 
     cdk_json = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]

@@ -4,7 +4,7 @@ Importable as ``tests.infra.asl`` (the repository root is on ``sys.path``), e.g.
 creates the state machine in moto::
 
     from tests.infra.asl import round_definition, round_task_functions
-    tasks = round_task_functions(template)          # {"ClaimRound": "FunctionsClaimRound657A99EB", ...}
+    tasks = round_task_functions(template)  # {"ClaimRound": "FunctionsClaimRound657A99EB", ...}
     asl = round_definition(template, {"ClaimRound": claim_round_arn, ...})
 
 The template is a plain dict (``Template.to_json()`` or ``cdk.out/<stack>.template.json``). The
@@ -71,16 +71,22 @@ def round_definition(
 
 
 def round_task_functions(template: Mapping[str, Any], *, state_machine: str | None = None) -> dict[str, str]:
-    """Construct id -> logical id of every Lambda function the state machine's definition refers to."""
+    """Task name -> logical id of every Lambda function the state machine's definition refers to.
+
+    The name is the placeholder without ``FunctionArn`` (``${ClaimRoundFunctionArn}`` -> ``ClaimRound``)
+    for substituted ARNs, else the function's construct id.
+    """
     resources = template["Resources"]
     machine = resources[_pick_state_machine(resources, state_machine)]["Properties"]
-    referenced = set(_references(machine.get("DefinitionString")))
-    referenced |= set(_references(machine.get("DefinitionSubstitutions")))
-    return {
-        construct_id(resources, logical): logical
-        for logical in sorted(referenced)
-        if resources.get(logical, {}).get("Type") == FUNCTION
-    }
+    tasks: dict[str, str] = {}
+    for placeholder, value in machine.get("DefinitionSubstitutions", {}).items():
+        for logical in _references(value):
+            if resources.get(logical, {}).get("Type") == FUNCTION:
+                tasks[placeholder.removesuffix("FunctionArn")] = logical
+    for logical in _references(machine.get("DefinitionString")):
+        if resources.get(logical, {}).get("Type") == FUNCTION and logical not in tasks.values():
+            tasks[construct_id(resources, logical)] = logical
+    return tasks
 
 
 def construct_id(resources: Mapping[str, Any], logical: str) -> str:
@@ -103,9 +109,10 @@ def _pick_state_machine(resources: Mapping[str, Any], wanted: str | None) -> str
 def _logical_id(resources: Mapping[str, Any], key: str, type_: str) -> str:
     if resources.get(key, {}).get("Type") == type_:
         return key
-    by_path = [
-        lid for lid, res in resources.items() if res.get("Type") == type_ and construct_id(resources, lid) == key
-    ]
+    candidates = [lid for lid, res in resources.items() if res.get("Type") == type_]
+    by_path = [lid for lid in candidates if construct_id(resources, lid) == key]
+    if not by_path:  # no aws:cdk:path metadata: CDK logical ids end in <construct id><8 hex digits>
+        by_path = [lid for lid in candidates if re.fullmatch(rf"[A-Za-z0-9]*{re.escape(key)}[0-9A-F]{{8}}", lid)]
     if len(by_path) == 1:
         return by_path[0]
     raise UnresolvedReference(

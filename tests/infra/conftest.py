@@ -9,11 +9,11 @@ import pytest
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
-from aws_cdk.assertions import Template  # noqa: E402
+from aws_cdk.assertions import Template
 
-from infra.stack import HyperPodDhcStack  # noqa: E402
-from tests.infra import synth  # noqa: E402
-from tests.infra.asl import round_definition, round_task_functions  # noqa: E402
+from infra.stack import HyperPodDhcStack
+from tests.infra import synth
+from tests.infra.asl import round_definition, round_task_functions
 
 
 def pytest_configure(config: pytest.Config) -> None:

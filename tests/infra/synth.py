@@ -10,7 +10,10 @@ import aws_cdk as cdk
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 STACK_ID = "HyperPodDhc"
-SKIP_BUNDLING = {"aws:cdk:bundling-stacks": []}  # no pip install of the layer in unit tests
+TEST_CONTEXT = {
+    "aws:cdk:bundling-stacks": [],  # no pip install of the layer in unit tests
+    "aws:cdk:enable-path-metadata": True,  # aws:cdk:path on every resource, as `cdk synth` writes it
+}
 
 
 def cdk_context() -> dict[str, Any]:
@@ -18,7 +21,7 @@ def cdk_context() -> dict[str, Any]:
 
 
 def app(overrides: dict[str, Any] | None = None, *, outdir: Path | None = None) -> cdk.App:
-    context = {**cdk_context(), **SKIP_BUNDLING, **(overrides or {})}
+    context = {**cdk_context(), **TEST_CONTEXT, **(overrides or {})}
     return cdk.App(context=context, outdir=str(outdir) if outdir else None)
 
 

@@ -54,9 +54,7 @@ def nagged(nag_outdir: Path) -> tuple[Exception | None, dict[str, Any]]:
 
 
 @pytest.fixture(scope="session")
-def acknowledgements(
-    nagged: tuple[Exception | None, dict[str, Any]], nag_outdir: Path
-) -> list[tuple[str, str, str]]:
+def acknowledgements(nagged: tuple[Exception | None, dict[str, Any]], nag_outdir: Path) -> list[tuple[str, str, str]]:
     """(construct path, rule id, reason) of every acknowledgement in the synthesized stack."""
     error, _ = nagged
     assert error is None, f"nag failed synth: {error}"

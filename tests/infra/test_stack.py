@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 from typing import Any
@@ -9,8 +10,8 @@ from typing import Any
 import pytest
 from aws_cdk import Stack
 from aws_cdk.assertions import Match, Template
-
 from deephealth.domain.policy import ConfigError, parse_config
+
 from infra.controller_config import read_deletion_protection
 from infra.controller_functions import FUNCTIONS, ROUND_TASKS
 from infra.nodes_table import NodesTable
@@ -18,7 +19,7 @@ from infra.round_workflow import DEFINITION_FILE
 from infra.stack import HyperPodDhcStack
 from infra.triggers import HYPERPOD_EVENTS
 from tests.infra import synth
-from tests.infra.asl import construct_id, round_definition
+from tests.infra.asl import construct_id, round_definition, round_task_functions
 
 CLUSTERS = "arn:<AWS::Partition>:sagemaker:<AWS::Region>:<AWS::AccountId>:cluster/*"
 CHECK_LOGS = "arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/sagemaker/Clusters/*"
@@ -142,9 +143,7 @@ def test_list_clusters_only_when_watching_all(
     template_json: dict[str, Any], scoped_template_json: dict[str, Any]
 ) -> None:
     assert "sagemaker:ListClusters" in actions(function_statements(template_json, "Reconcile"), "sagemaker:")
-    assert "sagemaker:ListClusters" not in actions(
-        function_statements(scoped_template_json, "Reconcile"), "sagemaker:"
-    )
+    assert "sagemaker:ListClusters" not in actions(function_statements(scoped_template_json, "Reconcile"), "sagemaker:")
 
 
 # ---------------------------------------------------------------- round workflow
@@ -178,13 +177,20 @@ def test_resolved_definition_is_the_asl_file_with_arns_substituted(
     assert resolved_definition == expected
 
 
-def test_definition_resolves_by_logical_id_too(template_json: dict[str, Any], resolved_definition: str) -> None:
-    by_logical = {}
-    for lid in resources(template_json, "AWS::Lambda::Function"):
-        name = construct_id(template_json["Resources"], lid)
-        if name in ROUND_TASKS:
-            by_logical[lid] = f"arn:aws:lambda:us-east-1:123456789012:function:HyperPodDhc-{name}"
+def test_definition_resolves_by_logical_id_and_without_path_metadata(
+    template_json: dict[str, Any], resolved_definition: str
+) -> None:
+    tasks = round_task_functions(template_json)
+    by_logical = {
+        lid: f"arn:aws:lambda:us-east-1:123456789012:function:HyperPodDhc-{name}" for name, lid in tasks.items()
+    }
     assert round_definition(template_json, by_logical) == resolved_definition
+    bare = copy.deepcopy(template_json)
+    for resource in bare["Resources"].values():
+        resource.pop("Metadata", None)
+    assert round_task_functions(bare) == tasks
+    by_name = {name: f"arn:aws:lambda:us-east-1:123456789012:function:HyperPodDhc-{name}" for name in tasks}
+    assert round_definition(bare, by_name) == resolved_definition
 
 
 def test_every_lambda_task_retries_service_errors_and_is_caught(asl: dict[str, Any]) -> None:
@@ -303,7 +309,9 @@ def test_async_functions_have_on_failure_queue_and_two_retries(template_json: di
         c["Properties"]["FunctionName"]["Ref"]: c["Properties"]
         for c in resources(template_json, "AWS::Lambda::EventInvokeConfig").values()
     }
-    by_name = {construct_id(template_json["Resources"], lid): lid for lid in resources(template_json, "AWS::Lambda::Function")}
+    by_name = {
+        construct_id(template_json["Resources"], lid): lid for lid in resources(template_json, "AWS::Lambda::Function")
+    }
     for name in ("Intake", "Reconcile"):
         props = functions(template_json)[name]
         assert props["DeadLetterConfig"]["TargetArn"]["Fn::GetAtt"][0] in queues
@@ -433,6 +441,4 @@ def test_every_function_reads_config_and_uses_table(template_json: dict[str, Any
         statements = function_statements(template_json, name)
         assert "ssm:GetParameter" in actions(statements, "ssm:"), name
         ddb = [s for s in statements if any(a.startswith("dynamodb:") for a in as_list(s["Action"]))]
-        assert ddb and all(
-            render(r).startswith(f"<{table}.Arn>") for s in ddb for r in as_list(s["Resource"])
-        ), name
+        assert ddb and all(render(r).startswith(f"<{table}.Arn>") for s in ddb for r in as_list(s["Resource"])), name

@@ -3,8 +3,8 @@
 from collections import Counter
 
 import pytest
-
 from deephealth.domain.nodes import FINAL_STATES, NodeState, Verdict
+
 from tests.fakes.hyperpod import GroupSpec
 
 RECHECK = {"clusters": ["demo"], "defaults": {"gather_window_s": 120, "recovery": "reboot-then-replace"}}
@@ -21,9 +21,15 @@ def _controller_actions(fake):
 
 @pytest.mark.controller_config(RECHECK)
 def test_forty_four_nodes_over_three_groups_all_end_with_a_verdict(harness, fake):
-    fake.create_cluster("demo", [GroupSpec("controller", "ml.m5.xlarge", count=1, node_type="Controller"),
-                                 GroupSpec("p5", count=0), GroupSpec("p4d", "ml.p4d.24xlarge"),
-                                 GroupSpec("g5", "ml.g5.8xlarge")])
+    fake.create_cluster(
+        "demo",
+        [
+            GroupSpec("controller", "ml.m5.xlarge", count=1, node_type="Controller"),
+            GroupSpec("p5", count=0),
+            GroupSpec("p4d", "ml.p4d.24xlarge"),
+            GroupSpec("g5", "ml.g5.8xlarge"),
+        ],
+    )
     arrivals = [("p5", 20), ("p4d", 14), ("g5", 10)]
     lids = {g: [fake.add_node("demo", g, ready_after_s=600 + 300 * i) for i in range(n)] for g, n in arrivals}
     transient = [lids["p5"][3], lids["p4d"][5], lids["g5"][1]]
@@ -91,8 +97,10 @@ def test_busy_cluster_start_is_retried_until_the_other_check_ends(harness, fake)
     # Someone else's check (an operator's) is active when the controller's round starts.
     boto3.client("sagemaker", region_name="us-east-1").start_cluster_health_check(
         ClusterName="demo",
-        DeepHealthCheckConfigurations=[{"InstanceGroupName": "workers", "InstanceIds": ids[:1],
-                                        "DeepHealthChecks": ["InstanceStress"]}])
+        DeepHealthCheckConfigurations=[
+            {"InstanceGroupName": "workers", "InstanceIds": ids[:1], "DeepHealthChecks": ["InstanceStress"]}
+        ],
+    )
     harness.run_until(lambda: _all_final(harness, "demo", 4), horizon_s=8 * 3600)
     assert fake.rejected_while_active, "the controller's first start met the active check"
     assert {r.state for r in harness.records("demo").values()} == {NodeState.PASSED}
@@ -106,8 +114,9 @@ def test_on_start_group_is_observed_without_a_duplicate_check(harness, fake):
     fake.create_cluster("demo", [GroupSpec("native", on_start_checks=("InstanceStress",))])
     lids = [fake.add_node("demo", "native", ready_after_s=600) for _ in range(3)]
     fake.set_truth("demo", lids[0], "fail")
-    harness.run_until(lambda: sum(r.state == NodeState.PASSED for r in harness.records("demo").values()) >= 2,
-                      horizon_s=6 * 3600)
+    harness.run_until(
+        lambda: sum(r.state == NodeState.PASSED for r in harness.records("demo").values()) >= 2, horizon_s=6 * 3600
+    )
     assert fake.calls["StartClusterHealthCheck"] == 0
     records = harness.records("demo")
     assert all(records[lid].state == NodeState.PASSED for lid in lids[1:])

@@ -10,7 +10,7 @@ CONTROLLER = build_controller(SETTINGS)
 
 
 @metrics.log_metrics
-@logger.inject_lambda_context
+@logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: dict, context: object) -> dict:
     state = RoundState.model_validate(event)
     logger.set_correlation_id(state.round_id or f"{state.cluster}-r{state.round_seq:06d}")

@@ -15,7 +15,7 @@ CONTROLLER = build_controller(SETTINGS)
 
 
 @metrics.log_metrics
-@logger.inject_lambda_context(correlation_id_path=correlation_paths.EVENT_BRIDGE)
+@logger.inject_lambda_context(correlation_id_path=correlation_paths.EVENT_BRIDGE, clear_state=True)
 def lambda_handler(event: dict, context: object) -> dict:
     try:
         envelope = parse(event=event, model=EventBridgeModel)

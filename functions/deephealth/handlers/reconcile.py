@@ -9,7 +9,7 @@ CONTROLLER = build_controller(SETTINGS)
 
 
 @metrics.log_metrics
-@logger.inject_lambda_context
+@logger.inject_lambda_context(clear_state=True)
 def lambda_handler(event: dict, context: object) -> dict:
     results = CONTROLLER.reconcile()
     logger.info("reconciled", extra={"clusters": results})

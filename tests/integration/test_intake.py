@@ -1,0 +1,83 @@
+"""Intake through the deployed rule patterns and the real handler: bad input, duplicates, disorder."""
+
+import copy
+
+import pytest
+from deephealth.domain.nodes import NodeState
+
+from tests.conftest import load_event
+from tests.fakes.hyperpod import GroupSpec
+
+CONFIG = {"clusters": ["demo"], "defaults": {"gather_window_s": 600}}
+
+
+def _lifecycle_event(fake, lid, eid, state="Succeeded"):
+    node = fake.node("demo", lid)
+    event = copy.deepcopy(load_event("cluster_event_lifecycle_started.json"))
+    d = event["detail"]["EventDetails"]
+    d.update(
+        ClusterName="demo",
+        ClusterArn=fake.cluster("demo").arn,
+        InstanceGroupName=node.group,
+        InstanceId=node.instance_id,
+        EventId=eid,
+        Description=f"Instance lifecycle script execution for EC2InstanceId {node.instance_id} has {state}",
+    )
+    d["EventDetails"]["EventMetadata"]["Instance"] = {"LcsExecutionState": state, "NodeLogicalId": lid}
+    event["id"] = eid
+    return event
+
+
+@pytest.mark.controller_config(CONFIG)
+@pytest.mark.parametrize(
+    "event",
+    [
+        {},
+        {"detail-type": "SageMaker HyperPod Cluster Event"},
+        {**load_event("cluster_event_lifecycle_started.json"), "detail": {"EventDetails": {"ClusterName": 7}}},
+        {**load_event("node_health_unhealthy.json"), "detail": {"ClusterName": "demo"}},
+        {**load_event("cluster_event_instance_provisioned.json"), "time": "yesterday"},
+        "not even an object",
+    ],
+    ids=["empty", "no-envelope", "wrong-type", "missing-instance", "bad-time", "string"],
+)
+def test_malformed_events_are_dropped_with_a_reason_not_retried(harness, event):
+    result = harness.invoke(harness.intake_arn, event)  # raises if the function errored (would be retried)
+    assert result["outcome"] == "malformed" and result["reason"]
+
+
+@pytest.mark.controller_config(CONFIG)
+def test_unknown_cluster_and_detail_type_are_ignored(harness):
+    other = load_event("cluster_event_instance_provisioned.json")  # cluster "sample-cluster" is not configured
+    assert harness.invoke(harness.intake_arn, other)["outcome"].startswith("ignored")
+    odd = {**other, "detail-type": "SageMaker HyperPod Something New"}
+    assert harness.invoke(harness.intake_arn, odd)["outcome"].startswith("ignored")
+
+
+@pytest.mark.controller_config(CONFIG)
+def test_duplicate_and_out_of_order_events_change_nothing_twice(harness, fake):
+    fake.create_cluster("demo", [GroupSpec("workers")])
+    lid = fake.add_node("demo", "workers", status="Running")
+    late_started = _lifecycle_event(fake, lid, "11111111-1111-4111-8111-111111111111", state="Started")
+    succeeded = _lifecycle_event(fake, lid, "22222222-2222-4222-8222-222222222222")
+    for event in (succeeded, succeeded, late_started, succeeded):  # at least once, out of order
+        harness.deliver(event)
+    record = harness.records("demo")[lid]
+    assert record.state == NodeState.PENDING and record.version == 1, record.history
+    assert [e["name"] for e in harness.executions()] == ["demo-r000000"], "one round, however many events"
+
+
+@pytest.mark.controller_config(CONFIG)
+def test_events_hyperpod_sends_match_the_deployed_rules(harness, fake):
+    fake.create_cluster("demo", [GroupSpec("workers")], node_recovery="Automatic")
+    fake.add_node("demo", "workers", ready_after_s=300)
+    fake.advance(900)
+    events = fake.drain_events()
+    assert {e["detail-type"] for e in events} >= {
+        "SageMaker HyperPod Cluster Event",
+        "SageMaker HyperPod Cluster State Change",
+    }
+    for event in events:
+        harness.deliver(event)
+    assert not harness.unmatched
+    assert harness.records("demo"), "the node reached the table through the intake"

@@ -1,0 +1,37 @@
+"""Fails loudly when moto's internals that `tests/harness/moto_patches.py` replaces move or change shape."""
+
+import inspect
+
+import pytest
+from moto.awslambda_simple.models import LambdaSimpleBackend
+from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+from moto.stepfunctions.parser.asl.component.state.wait.wait_function import wait_function
+
+from tests.fakes.hyperpod import GroupSpec
+
+
+def test_lambda_simple_backend_invoke_signature():
+    params = list(inspect.signature(LambdaSimpleBackend.invoke).parameters)
+    assert params == ["self", "function_name", "qualifier", "body", "headers", "response_headers"]
+
+
+def test_wait_function_sleeps_through_wait_interval():
+    params = list(inspect.signature(wait_function.WaitFunction._wait_interval).parameters)
+    assert params == ["self", "env", "wait_seconds"]
+
+
+def test_retrier_sleeps_through_its_module_time():
+    assert "time.sleep(" in inspect.getsource(retrier_decl)
+
+
+@pytest.mark.controller_config({"clusters": ["demo"], "defaults": {"gather_window_s": 0}})
+def test_a_retry_back_off_advances_virtual_time_instead_of_sleeping(harness, fake):
+    fake.create_cluster("demo", [GroupSpec("workers", count=2)])
+    fake.inject_error("StartClusterHealthCheck", "ThrottlingException", times=4)  # beyond botocore's retries
+    harness.reconcile()
+    harness.wait_for_executions()
+    (execution,) = harness.executions()
+    assert execution["status"] == "SUCCEEDED"
+    assert harness.retry_back_offs, "the workflow's Retry ran on virtual time"
+    errors = [e for e in harness.history(execution["executionArn"]) if e["type"] == "LambdaFunctionFailed"]
+    assert errors and errors[0]["lambdaFunctionFailedEventDetails"]["error"] == "Throttled"
