@@ -9,6 +9,7 @@ Reconcile runs every `reconcile_every_s` of virtual time.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -67,6 +68,7 @@ class Harness:
             self._stack.append(cm)
         aws.reset()
         _clear_parameter_cache()
+        _cold_start()
         self._create_resources()
         return self
 
@@ -196,6 +198,12 @@ class Harness:
         from deephealth.adapters.node_table import NodeTable
 
         return NodeTable(TABLE_NAME).load_cluster(cluster)
+
+
+def _cold_start() -> None:
+    """Forget imported handlers (and their warm caches), as a new deployment's first invocations would."""
+    for name in [m for m in sys.modules if m.startswith("deephealth.handlers.")]:
+        del sys.modules[name]
 
 
 def _clear_parameter_cache() -> None:

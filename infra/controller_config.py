@@ -1,0 +1,108 @@
+"""The controller configuration at synth time: read from context, validated, stored in SSM.
+
+The configuration lives under the ``hyperpod-dhc`` context key (``cdk.json``, or ``-c`` on the command
+line). Its schema is ``deephealth.domain.policy.ControllerConfig``, the same model the Lambdas use to
+read it back at run time, so a typo fails ``cdk synth`` instead of a round:
+
+- ``clusters``: ``"all"`` or a list of cluster names. A list also scopes the EventBridge rules and
+  drops ``sagemaker:ListClusters`` from the reconciler.
+- ``defaults``: the policy of every instance group (mode, checks, recovery, timers, attempt limits).
+- ``groups``: overrides keyed ``"<group>"`` (every cluster) or ``"<cluster>/<group>"`` (one cluster).
+- ``reconcile_every_minutes``, ``max_round_nodes``, ``log_retention_days``.
+
+The validated model is written as JSON to an SSM String parameter whose name every Lambda gets in
+``CONFIG_PARAMETER_NAME``: changing the policy is a parameter update, not a code deployment.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_ssm as ssm
+from constructs import Construct
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+FUNCTIONS_DIR = REPO_ROOT / "functions"
+CONTEXT_KEY = "hyperpod-dhc"
+# Separate key, not part of ControllerConfig: it is about the stack, not the controller's policy.
+DELETION_PROTECTION_KEY = "hyperpod-dhc:table-deletion-protection"
+
+if str(FUNCTIONS_DIR) not in sys.path:  # `python -m infra.app` only has the repository root on sys.path
+    sys.path.insert(0, str(FUNCTIONS_DIR))
+
+from deephealth.domain.policy import ConfigError, ControllerConfig, parse_config  # noqa: E402
+
+__all__ = [
+    "CONTEXT_KEY",
+    "ConfigError",
+    "ControllerConfig",
+    "config_parameter",
+    "read_controller_config",
+    "retention",
+]
+
+# Standard-tier parameters hold 4 KB; only a very large `groups` map needs the (paid) advanced tier.
+_STANDARD_TIER_LIMIT = 4096
+
+_RETENTION = {
+    1: logs.RetentionDays.ONE_DAY,
+    3: logs.RetentionDays.THREE_DAYS,
+    5: logs.RetentionDays.FIVE_DAYS,
+    7: logs.RetentionDays.ONE_WEEK,
+    14: logs.RetentionDays.TWO_WEEKS,
+    30: logs.RetentionDays.ONE_MONTH,
+    60: logs.RetentionDays.TWO_MONTHS,
+    90: logs.RetentionDays.THREE_MONTHS,
+    120: logs.RetentionDays.FOUR_MONTHS,
+    150: logs.RetentionDays.FIVE_MONTHS,
+    180: logs.RetentionDays.SIX_MONTHS,
+    365: logs.RetentionDays.ONE_YEAR,
+    400: logs.RetentionDays.THIRTEEN_MONTHS,
+    545: logs.RetentionDays.EIGHTEEN_MONTHS,
+    731: logs.RetentionDays.TWO_YEARS,
+}
+
+
+def read_controller_config(scope: Construct) -> ControllerConfig:
+    """Validate the ``hyperpod-dhc`` context; raises ``ConfigError`` naming every offending key."""
+    raw = scope.node.try_get_context(CONTEXT_KEY)
+    if raw is None:
+        raise ConfigError(
+            f'missing context key "{CONTEXT_KEY}": run from the repository root (cdk.json) '
+            f"or pass it with -c {CONTEXT_KEY}='{{...}}'"
+        )
+    if isinstance(raw, str):  # `-c hyperpod-dhc='{"clusters": [...]}'` arrives as a string
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f'context key "{CONTEXT_KEY}" is not valid JSON: {err}') from None
+    return parse_config(raw)
+
+
+def read_deletion_protection(scope: Construct) -> bool:
+    raw = scope.node.try_get_context(DELETION_PROTECTION_KEY)
+    if raw is None:
+        return True
+    if isinstance(raw, bool):
+        return raw
+    if isinstance(raw, str) and raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    raise ConfigError(f'context key "{DELETION_PROTECTION_KEY}" must be true or false, got {raw!r}')
+
+
+def retention(config: ControllerConfig) -> logs.RetentionDays:
+    return _RETENTION[config.log_retention_days]
+
+
+def config_parameter(scope: Construct, id: str, config: ControllerConfig) -> ssm.StringParameter:
+    value = config.model_dump_json()
+    return ssm.StringParameter(
+        scope,
+        id,
+        description="hyperpod-dhc controller configuration (validated ControllerConfig JSON)",
+        string_value=value,
+        tier=ssm.ParameterTier.STANDARD if len(value.encode()) <= _STANDARD_TIER_LIMIT else ssm.ParameterTier.ADVANCED,
+    )

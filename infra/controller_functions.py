@@ -1,0 +1,320 @@
+"""The controller's seven Lambdas, their shared settings and the dependency layer.
+
+``ControllerFunction`` is the only place that decides runtime, architecture, memory, logging, tracing
+and the common environment; ``FUNCTIONS`` says what differs per Lambda (handler, timeout, HyperPod
+actions). The code asset is ``functions/`` as is; third-party packages come from ``DependenciesLayer``,
+built from the ``lambda`` dependency group of ``pyproject.toml`` by a local ``pip install`` (no Docker).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsii
+from aws_cdk import AssetHashType, BundlingOptions, DockerImage, Duration, ILocalBundling
+from aws_cdk import aws_dynamodb as ddb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_ssm as ssm
+from constructs import Construct
+
+from infra.acknowledgements import acknowledge, acknowledge_wildcard_resource
+from infra.cluster_access import grant_cluster_access
+from infra.controller_config import FUNCTIONS_DIR, REPO_ROOT
+from infra.dead_letter_queue import DeadLetterQueue
+
+RUNTIME = lambda_.Runtime.PYTHON_3_13
+ARCHITECTURE = lambda_.Architecture.ARM_64
+PYTHON_VERSION = "3.13"  # must match RUNTIME: the layer holds cp313 wheels (pydantic-core)
+PIP_PLATFORM = "manylinux2014_aarch64"  # must match ARCHITECTURE
+MEMORY_MB = 512
+SERVICE_NAME = "hyperpod-dhc"
+METRICS_NAMESPACE = "HyperPodDHC"
+PYPROJECT = REPO_ROOT / "pyproject.toml"
+DEPENDENCY_GROUP = "lambda"
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    handler: str
+    timeout_s: int
+    description: str
+    sagemaker_actions: tuple[str, ...] = ()
+    reads_check_logs: bool = False
+    lists_clusters: bool = False  # only granted when the config watches "all" clusters
+    invoked_async: bool = False  # by EventBridge: gets an on-failure DLQ and 2 retries
+
+
+FUNCTIONS: Mapping[str, FunctionSpec] = {
+    "Intake": FunctionSpec(
+        "deephealth.handlers.intake.lambda_handler",
+        60,
+        "Turns HyperPod EventBridge events into node records and starts check rounds",
+        ("DescribeCluster", "DescribeClusterNode", "ListClusterNodes"),
+        invoked_async=True,
+    ),
+    "Reconcile": FunctionSpec(
+        "deephealth.handlers.reconcile.lambda_handler",
+        300,
+        "Periodic sweep: finds nodes the events missed and stuck rounds",
+        ("DescribeCluster", "ListClusterNodes"),
+        reads_check_logs=True,
+        lists_clusters=True,
+        invoked_async=True,
+    ),
+    "ClaimRound": FunctionSpec(
+        "deephealth.handlers.claim_round.lambda_handler", 300, "Check round: claims the nodes of a round"
+    ),
+    "StartCheck": FunctionSpec(
+        "deephealth.handlers.start_check.lambda_handler",
+        120,
+        "Check round: starts the deep health check",
+        ("DescribeCluster", "ListClusterNodes", "StartClusterHealthCheck"),
+    ),
+    "PollCheck": FunctionSpec(
+        "deephealth.handlers.poll_check.lambda_handler",
+        300,
+        "Check round: polls node status and check results into verdicts",
+        ("ListClusterNodes", "DescribeCluster"),
+        reads_check_logs=True,
+    ),
+    "RecoverNodes": FunctionSpec(
+        "deephealth.handlers.recover_nodes.lambda_handler",
+        300,
+        "Check round: reboots or replaces failed nodes",
+        ("DescribeCluster", "BatchRebootClusterNodes", "BatchReplaceClusterNodes"),
+    ),
+    "FinishRound": FunctionSpec(
+        "deephealth.handlers.finish_round.lambda_handler",
+        120,
+        "Check round: records the outcome, releases the claim, chains the next round",
+    ),
+}
+# The state machine's Task states, in the order of the ASL placeholders (`${<Id>FunctionArn}`).
+ROUND_TASKS = ("ClaimRound", "StartCheck", "PollCheck", "RecoverNodes", "FinishRound")
+
+
+def dependency_group(pyproject: Path, group: str) -> list[str]:
+    """The requirements of a PEP 735 dependency group, with ``include-group`` entries expanded."""
+    groups = tomllib.loads(pyproject.read_text())["dependency-groups"]
+
+    def expand(name: str, seen: tuple[str, ...]) -> list[str]:
+        if name in seen:
+            raise ValueError(f"dependency group cycle: {' -> '.join((*seen, name))}")
+        out: list[str] = []
+        for entry in groups[name]:
+            out += expand(entry["include-group"], (*seen, name)) if isinstance(entry, dict) else [entry]
+        return out
+
+    return expand(group, ())
+
+
+@jsii.implements(ILocalBundling)
+class PipInstall:
+    """Local bundling: ``pip install`` Linux ARM64 CPython 3.13 wheels into ``<output>/python``.
+
+    Raises instead of returning False, so CDK never falls back to Docker (there is none here).
+    """
+
+    def __init__(self, requirements: Sequence[str]) -> None:
+        self.requirements = list(requirements)
+
+    def try_bundle(self, output_dir: str, *, image: DockerImage, **_: Any) -> bool:
+        command = [
+            sys.executable, "-m", "pip", "install",
+            "--quiet", "--disable-pip-version-check", "--no-compile",
+            "--target", str(Path(output_dir) / "python"),
+            "--platform", PIP_PLATFORM,
+            "--only-binary=:all:",
+            "--python-version", PYTHON_VERSION,
+            "--implementation", "cp",
+            *self.requirements,
+        ]  # fmt: skip
+        result = subprocess.run(command, capture_output=True, text=True, check=False)
+        if result.returncode != 0:
+            raise RuntimeError(f"building the dependency layer failed (pip exit {result.returncode}):\n{result.stderr}")
+        return True
+
+
+class DependenciesLayer(lambda_.LayerVersion):
+    """The ``lambda`` dependency group of pyproject.toml (boto3, powertools[parser], pydantic)."""
+
+    def __init__(
+        self, scope: Construct, id: str, *, pyproject: Path = PYPROJECT, group: str = DEPENDENCY_GROUP
+    ) -> None:
+        requirements = dependency_group(pyproject, group)
+        # The pinned requirement list and the target platform fully determine the bundle, so they are
+        # its hash: no fingerprinting of the source directory, and an unchanged layer is not rebuilt.
+        asset_hash = hashlib.sha256(json.dumps([requirements, PIP_PLATFORM, PYTHON_VERSION]).encode()).hexdigest()
+        super().__init__(
+            scope,
+            id,
+            code=lambda_.Code.from_asset(
+                str(pyproject.parent),  # unused by the local bundler (it reads no source files)
+                asset_hash_type=AssetHashType.CUSTOM,
+                asset_hash=asset_hash,
+                bundling=BundlingOptions(
+                    image=RUNTIME.bundling_image,  # required by the API; never used
+                    local=PipInstall(requirements),
+                ),
+            ),
+            compatible_runtimes=[RUNTIME],
+            compatible_architectures=[ARCHITECTURE],
+            description=f"hyperpod-dhc runtime dependencies: {', '.join(requirements)}"[:256],
+        )
+
+
+@dataclass(frozen=True)
+class SharedSettings:
+    code: lambda_.Code
+    layer: lambda_.ILayerVersion
+    log_retention: logs.RetentionDays
+    environment: Mapping[str, str] = field(default_factory=dict)
+
+
+class ControllerFunction(lambda_.Function):
+    """One controller Lambda with its own role (no managed policies) and log group.
+
+    Siblings ``<id>Role``, ``<id>Logs`` and, for async invocations, ``<id>FailedInvocations`` are
+    created in the same scope.
+    """
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        settings: SharedSettings,
+        handler: str,
+        timeout: Duration,
+        description: str,
+        invoked_async: bool = False,
+    ) -> None:
+        log_group = logs.LogGroup(scope, f"{id}Logs", retention=settings.log_retention)
+        role = iam.Role(
+            scope,
+            f"{id}Role",
+            assumed_by=iam.ServicePrincipal("lambda.amazonaws.com"),
+            description=f"hyperpod-dhc {id} Lambda",
+        )
+        # Instead of AWSLambdaBasicExecutionRole (which allows any log group): this one only.
+        log_group.grant_write(role)
+        failed = (
+            DeadLetterQueue(scope, f"{id}FailedInvocations", holds=f"async invocations of {id} that failed")
+            if invoked_async
+            else None
+        )
+        super().__init__(
+            scope,
+            id,
+            runtime=RUNTIME,
+            architecture=ARCHITECTURE,
+            code=settings.code,
+            handler=handler,
+            layers=[settings.layer],
+            memory_size=MEMORY_MB,
+            timeout=timeout,
+            description=description,
+            role=role,
+            environment={
+                "POWERTOOLS_SERVICE_NAME": SERVICE_NAME,
+                "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+                "POWERTOOLS_LOG_LEVEL": "INFO",
+                **settings.environment,
+            },
+            logging_format=lambda_.LoggingFormat.JSON,
+            application_log_level_v2=lambda_.ApplicationLogLevel.INFO,
+            system_log_level_v2=lambda_.SystemLogLevel.WARN,
+            log_group=log_group,
+            tracing=lambda_.Tracing.ACTIVE,
+            dead_letter_queue=failed,
+            retry_attempts=2 if invoked_async else None,
+        )
+        self.failed_invocations = failed
+        acknowledge_wildcard_resource(
+            role,
+            "*",
+            "tracing=ACTIVE adds xray:PutTraceSegments and xray:PutTelemetryRecords, which support no "
+            'resource-level permissions ("*" is the only valid resource); no other action of this role '
+            "uses *.",
+        )
+        if RUNTIME.name != _latest_python().name:
+            acknowledge(
+                self,
+                "AwsSolutions-L1",
+                f"{RUNTIME.name} is pinned on purpose: the dependency layer is built for CPython "
+                f"{PYTHON_VERSION} wheels (pydantic-core is compiled), so runtime and layer move together.",
+            )
+
+
+def _latest_python() -> lambda_.Runtime:
+    latest = lambda_.Runtime.PYTHON_3_13
+    for minor in range(14, 20):
+        runtime = getattr(lambda_.Runtime, f"PYTHON_3_{minor}", None)
+        if runtime is not None and not runtime.is_variable:
+            latest = runtime
+    return latest
+
+
+class ControllerFunctions(Construct):
+    """The seven Lambdas of ``FUNCTIONS``, wired to the table and the configuration parameter."""
+
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        table: ddb.ITableV2,
+        config_parameter: ssm.IStringParameter,
+        log_retention: logs.RetentionDays,
+        list_clusters: bool,
+    ) -> None:
+        super().__init__(scope, id)
+        self.layer = DependenciesLayer(self, "Dependencies")
+        settings = SharedSettings(
+            code=lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=["__pycache__", "*.pyc"]),
+            layer=self.layer,
+            log_retention=log_retention,
+            environment={
+                "TABLE_NAME": table.table_name,
+                "CONFIG_PARAMETER_NAME": config_parameter.parameter_name,
+            },
+        )
+        self.functions: dict[str, ControllerFunction] = {}
+        for name, spec in FUNCTIONS.items():
+            function = ControllerFunction(
+                self,
+                name,
+                settings=settings,
+                handler=spec.handler,
+                timeout=Duration.seconds(spec.timeout_s),
+                description=spec.description,
+                invoked_async=spec.invoked_async,
+            )
+            table.grant_read_write_data(function)
+            config_parameter.grant_read(function)
+            grant_cluster_access(
+                self,
+                f"{name}ClusterAccess",
+                function,
+                sagemaker_actions=spec.sagemaker_actions,
+                list_clusters=spec.lists_clusters and list_clusters,
+                read_check_logs=spec.reads_check_logs,
+            )
+            self.functions[name] = function
+
+    def __getitem__(self, name: str) -> ControllerFunction:
+        return self.functions[name]
+
+    @property
+    def round_tasks(self) -> dict[str, ControllerFunction]:
+        return {name: self.functions[name] for name in ROUND_TASKS}
