@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from aws_cdk import Stack
 from aws_cdk.assertions import Match, Template
-from deephealth.domain.policy import ConfigError, parse_config
 
+from deephealth.domain.policy import ConfigError, parse_config
 from infra.controller_config import read_deletion_protection
 from infra.controller_functions import FUNCTIONS, ROUND_TASKS
 from infra.nodes_table import NodesTable

@@ -3,8 +3,8 @@
 from collections import Counter
 
 import pytest
-from deephealth.domain.nodes import FINAL_STATES, NodeState, Verdict
 
+from deephealth.domain.nodes import FINAL_STATES, NodeState, Verdict
 from tests.fakes.hyperpod import GroupSpec
 
 RECHECK = {"clusters": ["demo"], "defaults": {"gather_window_s": 120, "recovery": "reboot-then-replace"}}

@@ -3,8 +3,8 @@
 import copy
 
 import pytest
-from deephealth.domain.nodes import NodeState
 
+from deephealth.domain.nodes import NodeState
 from tests.conftest import load_event
 from tests.fakes.hyperpod import GroupSpec
 

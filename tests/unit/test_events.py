@@ -1,4 +1,7 @@
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from deephealth.domain.events import (
     CLUSTER_EVENT,
     DETAIL_TYPES,
@@ -8,9 +11,6 @@ from deephealth.domain.events import (
     NodeSignal,
     classify,
 )
-from hypothesis import given
-from hypothesis import strategies as st
-
 from tests.conftest import load_event
 
 

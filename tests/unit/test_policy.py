@@ -1,4 +1,5 @@
 import pytest
+
 from deephealth.domain.policy import ConfigError, Mode, Recovery, parse_config
 
 

@@ -1,4 +1,5 @@
 import pytest
+
 from deephealth.domain.nodes import Action, NodeRecord, NodeState, Verdict
 from deephealth.domain.policy import GroupPolicy, Recovery
 from deephealth.domain.recovery import (

@@ -1,4 +1,5 @@
 import pytest
+
 from deephealth.domain.nodes import NodeRecord, NodeState
 from deephealth.domain.observe import GroupContext
 from deephealth.domain.policy import GroupPolicy, Mode

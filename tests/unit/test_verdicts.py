@@ -1,4 +1,5 @@
 import pytest
+
 from deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState, Verdict
 from deephealth.domain.verdicts import SKIP_GRACE_S, judge_check
 
