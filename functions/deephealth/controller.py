@@ -468,4 +468,6 @@ class Controller:
                 logger.info("decision", extra={"decision": decision.model_dump(mode="json")})
                 if decision.verdict is not None:
                     metrics.add_metric(name=f"Verdict_{decision.verdict.value}", unit=MetricUnit.Count, value=1)
+                    if decision.to_state == NodeState.PASSED and record.attempts:
+                        metrics.add_metric(name="NodesRecovered", unit=MetricUnit.Count, value=1)
         return saved

@@ -287,6 +287,15 @@ class FakeHyperPod:
         n = self.node(cluster_name, logical_id)
         n.replacement_truth, n.replacement_cured_by = outcome, cured_by
 
+    def replace_now(self, cluster_name: str, logical_id: str) -> None:
+        """HyperPod replaces the node on its own right now (e.g. its health agent found a fault mid-check)."""
+        self._catch_up()
+        c = self._clusters[cluster_name]
+        n = c.nodes[logical_id]
+        if c.check is not None and logical_id in c.check.pending:
+            self._check_finished(c, c.check, n, "replaced")
+        self._replace(c, n, "hyperpod")
+
     def delete_cluster(self, name: str) -> None:
         self._catch_up()
         self._delete(self._clusters[name])
@@ -676,6 +685,8 @@ class FakeHyperPod:
         self._at(c, self._duration(checks), lambda: self._check_ends(c, check, n))
 
     def _check_ends(self, c: Cluster, check: HealthCheck, n: Node) -> None:
+        if n.logical_id not in check.pending:
+            return  # the node left the check early (replaced mid-check)
         passed = n.truth != "fail"  # a check that already started is not skipped any more
         self._write_result(c, n, passed=passed)
         if not passed and c.node_recovery == "Automatic":

@@ -51,6 +51,7 @@ class Harness:
         self.intake_results: list[dict] = []
         self._stack: list[Any] = []
         self.retry_back_offs: list[float] = []  # seconds of every ASL Retry back-off, in order
+        self._triggers: list[tuple[Callable[[], bool], Callable[[], None]]] = []
 
     # -- lifecycle -------------------------------------------------------------------------------
     def __enter__(self) -> Harness:
@@ -128,6 +129,9 @@ class Harness:
                 if step > 0:
                     self.clock.advance(step)
                     remaining -= step
+                for trigger in [t for t in self._triggers if t[0]()]:
+                    self._triggers.remove(trigger)
+                    trigger[1]()
                 for event in self.fake.drain_events():
                     self.deliver(event)
                 if self.clock.now() >= self._next_reconcile:
@@ -135,6 +139,10 @@ class Harness:
                     self.invoke(self.reconcile_arn, {"source": "aws.events", "detail-type": "Scheduled Event"})
                 if remaining <= 0:
                     return
+
+    def when(self, condition: Callable[[], bool], action: Callable[[], None]) -> None:
+        """Run `action` once, at the first time step where `condition()` holds (fault injection mid-round)."""
+        self._triggers.append((condition, action))
 
     def _retry_back_off(self, seconds: float) -> None:
         self.retry_back_offs.append(seconds)

@@ -78,12 +78,31 @@ def test_node_recovery_automatic_hyperpod_replaces_and_the_controller_does_not_f
 
 
 @pytest.mark.controller_config({"clusters": ["demo"], "defaults": {"gather_window_s": 0}})
+def test_node_replaced_by_hyperpod_mid_check_gets_its_replacement_checked(harness, fake):
+    fake.create_cluster("demo", [GroupSpec("workers", count=3)])
+    victim = next(iter(fake.cluster("demo").nodes))
+    first_instance = fake.node("demo", victim).instance_id
+    harness.when(
+        lambda: fake.node("demo", victim).status == "DeepHealthCheckInProgress",
+        lambda: fake.replace_now("demo", victim),
+    )
+    harness.run_until(lambda: _all_final(harness, "demo", 3), horizon_s=12 * 3600)
+    record = harness.records("demo")[victim]
+    assert record.state == NodeState.PASSED and record.instance_ids[0] == first_instance
+    assert record.instance_id == fake.node("demo", victim).instance_id != first_instance
+    assert any(h.state == NodeState.PENDING and "replaced" in h.reason for h in record.history)
+    assert fake.calls["StartClusterHealthCheck"] == 2, "the replacement got its own check"
+    assert not _controller_actions(fake)
+
+
+@pytest.mark.controller_config({"clusters": ["demo"], "defaults": {"gather_window_s": 0}})
 def test_cluster_deleted_mid_round_closes_its_nodes_out(harness, fake):
     fake.create_cluster("demo", [GroupSpec("workers", count=5)])
-    harness.run_until(lambda: fake.calls["StartClusterHealthCheck"] > 0, horizon_s=3600)
-    fake.delete_cluster("demo")
-    harness.run_until(lambda: False, horizon_s=2 * 3600)
-    assert {r.state for r in harness.records("demo").values()} == {NodeState.GONE}
+    harness.when(lambda: fake.cluster("demo").check is not None, lambda: fake.delete_cluster("demo"))
+    harness.run_until(lambda: False, horizon_s=3 * 3600)
+    records = harness.records("demo").values()
+    assert {r.state for r in records} == {NodeState.GONE}
+    assert all(any(h.state == NodeState.CHECKING for h in r.history) for r in records), "deleted mid-check"
     assert not harness.running()
     assert all(e["status"] in ("SUCCEEDED", "FAILED") for e in harness.executions())
 
