@@ -21,8 +21,8 @@ from moto import mock_aws
 from moto.events.models import EventPattern
 
 from tests.fakes.hyperpod import FakeHyperPod, install
-from tests.harness import moto_patches
-from tests.harness.template import ControllerTemplate
+from tests.twin import moto_patches
+from tests.twin.template import ControllerTemplate
 
 ACCOUNT, REGION = "123456789012", "us-east-1"
 TABLE_NAME = "hyperpod-dhc-nodes"
