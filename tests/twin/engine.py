@@ -8,7 +8,10 @@ Reconcile runs every `reconcile_every_s` of virtual time.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
+import os
 import sys
 import threading
 import time
@@ -52,6 +55,9 @@ class Harness:
         self._stack: list[Any] = []
         self.retry_back_offs: list[float] = []  # seconds of every ASL Retry back-off, in order
         self._triggers: list[tuple[Callable[[], bool], Callable[[], None]]] = []
+        self._scheduled: list[tuple[float, int, Callable[[], None]]] = []  # heap of (time, seq, action)
+        self.on_step: list[Callable[[float], None]] = []
+        self._seq = itertools.count()
 
     # -- lifecycle -------------------------------------------------------------------------------
     def __enter__(self) -> Harness:
@@ -59,7 +65,14 @@ class Harness:
         from deephealth.domain.policy import parse_config
 
         parse_config(self.config)  # the same validation as synth: a bad test config fails here, clearly
+        twin_env = {
+            "AWS_DEFAULT_REGION": REGION,
+            "AWS_REGION": REGION,
+            "AWS_ACCESS_KEY_ID": "twin",
+            "AWS_SECRET_ACCESS_KEY": "twin",
+        }  # never a real account: everything below is moto
         for cm in (
+            mock.patch.dict(os.environ, twin_env),
             mock_aws(config=MOTO_CONFIG),
             install(self.fake),
             moto_patches.patched(self.advance, self._retry_back_off),
@@ -126,9 +139,13 @@ class Harness:
             remaining = max(0.0, seconds)
             while True:
                 step = min(STEP_S, remaining)
+                if self._scheduled:
+                    step = max(0.0, min(step, self._scheduled[0][0] - self.clock.now()))
                 if step > 0:
                     self.clock.advance(step)
                     remaining -= step
+                while self._scheduled and self._scheduled[0][0] <= self.clock.now():
+                    heapq.heappop(self._scheduled)[2]()
                 for trigger in [t for t in self._triggers if t[0]()]:
                     self._triggers.remove(trigger)
                     trigger[1]()
@@ -137,8 +154,19 @@ class Harness:
                 if self.clock.now() >= self._next_reconcile:
                     self._next_reconcile = self.clock.now() + self.reconcile_every_s
                     self.invoke(self.reconcile_arn, {"source": "aws.events", "detail-type": "Scheduled Event"})
+                for callback in self.on_step:
+                    callback(self.clock.now())
                 if remaining <= 0:
                     return
+
+    def at(self, when: float, action: Callable[[], None]) -> None:
+        """Run `action` at virtual time `when` (e.g. a node arriving)."""
+        with self._lock:
+            heapq.heappush(self._scheduled, (when, next(self._seq), action))
+
+    @property
+    def scheduled(self) -> int:
+        return len(self._scheduled)
 
     def when(self, condition: Callable[[], bool], action: Callable[[], None]) -> None:
         """Run `action` once, at the first time step where `condition()` holds (fault injection mid-round)."""

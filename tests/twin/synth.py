@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from typing import Any
+
+# jsii prints a large end-of-life banner under node 20 unless told which version to stay quiet about.
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 
 @functools.cache

@@ -1,0 +1,132 @@
+"""The twin's scenario file (JSON, versioned): the cluster, its arrivals, its hardware and its faults.
+
+`policy` overrides the controller configuration with the same keys as the `hyperpod-dhc` context of
+`cdk.json`; the result is validated by the controller's own config model. Any unknown key or bad value is a
+`ScenarioError` naming the key.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from deephealth.domain.policy import GROUP_NAME_PATTERN, CheckType, ConfigError, parse_config
+
+Rate = Annotated[float, Field(ge=0.0, le=1.0)]
+Seconds = Annotated[float, Field(ge=0.0)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Arrival(_Strict):
+    start_s: Seconds = 0.0
+    spread_s: Seconds = 0.0  # arrivals are spread uniformly (seeded) over [start_s, start_s + spread_s]
+
+
+class GroupScenario(_Strict):
+    name: Annotated[str, Field(pattern=GROUP_NAME_PATTERN)]
+    instance_type: str = "ml.p5.48xlarge"
+    count: Annotated[int, Field(ge=0, le=20_000)]
+    arrival: Arrival = Arrival()
+    on_start_deep_health_checks: tuple[CheckType, ...] = ()
+    lifecycle_s: Annotated[float, Field(gt=0)] = 600.0  # provisioning + lifecycle script
+
+
+class ClusterScenario(_Strict):
+    name: Annotated[str, Field(pattern=GROUP_NAME_PATTERN)]
+    node_recovery: Literal["None", "Automatic"] = "Automatic"
+
+
+class Hardware(_Strict):
+    transient_fault_rate: Rate = 0.0  # fails a check; a reboot cures it
+    persistent_fault_rate: Rate = 0.0  # fails a check; only new hardware cures it
+    replacement_fault_rate: Rate = 0.0  # a replacement instance is itself faulty
+
+    @model_validator(mode="after")
+    def _rates_add_up(self) -> Hardware:
+        if self.transient_fault_rate + self.persistent_fault_rate > 1.0:
+            raise ValueError("transient_fault_rate + persistent_fault_rate must not exceed 1")
+        return self
+
+
+class Faults(_Strict):
+    duplicate_event_rate: Rate = 0.0
+    dropped_event_rate: Rate = 0.0
+    throttle_rate: Rate = 0.0  # ThrottlingException on any HyperPod API call
+    server_error_rate: Rate = 0.0  # HTTP 500 on any HyperPod API call
+    second_check_request: Literal["reject", "merge"] = "reject"
+
+
+class Scenario(_Strict):
+    version: Literal[1]
+    name: str = "scenario"
+    seed: int = 0
+    horizon_s: Annotated[float, Field(gt=0, le=30 * 86400)]
+    cluster: ClusterScenario
+    groups: Annotated[tuple[GroupScenario, ...], Field(min_length=1)]
+    hardware: Hardware = Hardware()
+    check_duration_s: dict[CheckType, tuple[Seconds, Seconds]] = {
+        "InstanceStress": (2700.0, 5400.0),
+        "InstanceConnectivity": (300.0, 900.0),
+        "MultiNodeTrainingValidation": (600.0, 1200.0),
+    }
+    faults: Faults = Faults()
+    policy: dict[str, Any] = {}
+
+    @field_validator("check_duration_s")
+    @classmethod
+    def _ranges_ordered(cls, ranges: dict[str, tuple[float, float]]) -> dict[str, tuple[float, float]]:
+        for check, (lo, hi) in ranges.items():
+            if lo > hi:
+                raise ValueError(f"{check}: the range [{lo}, {hi}] is reversed")
+        return ranges
+
+    @field_validator("groups")
+    @classmethod
+    def _unique_groups(cls, groups: tuple[GroupScenario, ...]) -> tuple[GroupScenario, ...]:
+        names = [g.name for g in groups]
+        if len(set(names)) != len(names) or "controller" in names:
+            raise ValueError('group names must be unique and not "controller" (the twin adds that group)')
+        return groups
+
+    @property
+    def nodes(self) -> int:
+        return sum(g.count for g in self.groups)
+
+    def controller_config(self, base: dict[str, Any]) -> dict[str, Any]:
+        """`base` (cdk.json's `hyperpod-dhc`) with `policy` merged over it, watching only this cluster."""
+        merged = {**base, "clusters": [self.cluster.name]}
+        for key, value in self.policy.items():
+            if isinstance(value, dict) and isinstance(merged.get(key), dict):
+                merged[key] = {**merged[key], **value}
+            else:
+                merged[key] = value
+        return merged
+
+
+class ScenarioError(ValueError):
+    """The scenario is invalid; the message names every offending key."""
+
+
+def load_scenario(path: str | Path, base_config: dict[str, Any]) -> tuple[Scenario, dict[str, Any]]:
+    """The scenario and the controller configuration it runs with."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as err:
+        raise ScenarioError(f"{path}: cannot read a JSON scenario: {err}") from None
+    try:
+        scenario = Scenario.model_validate(raw)
+    except ValidationError as err:
+        problems = [f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()]
+        raise ScenarioError(f"{path}: " + "; ".join(problems)) from None
+    config = scenario.controller_config(base_config)
+    try:
+        parse_config(config)
+    except ConfigError as err:
+        raise ScenarioError(f"{path}: policy: {str(err).split(': ', 1)[-1]}") from None
+    return scenario, config
