@@ -123,6 +123,10 @@ class Controller:
         return results
 
     def reconcile_cluster(self, cluster: str, trigger: str) -> str:
+        meta = self.table.round_meta(cluster)
+        if trigger == "reconcile" and meta.holder and meta.lease_expires_at > self.clock():
+            # A live round observes this cluster on every poll, and its Claim round observes it fresh.
+            return f"round {meta.holder} is live; its polls observe the cluster"
         try:
             view = self.observe_cluster(cluster, trigger, fresh=True)
         except ClusterNotFound:
@@ -180,7 +184,7 @@ class Controller:
             logger.info("round not started: lease held or round superseded", extra={"round_id": round_id})
             return state.model_copy(update={"claimed": 0, "recovery_due": 0})
         try:
-            view = self._view(state.cluster)
+            view = self.observe_cluster(state.cluster, round_id)  # fresh: arrivals whose events were lost
         except ClusterNotFound:
             self.close_cluster(state.cluster, "cluster not found", round_id)
             return state.model_copy(update={"claimed": 0, "recovery_due": 0})

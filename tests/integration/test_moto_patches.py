@@ -20,6 +20,12 @@ def test_wait_function_sleeps_through_wait_interval():
     assert params == ["self", "env", "wait_seconds"]
 
 
+def test_interpreter_threads_are_tracked():
+    from moto.stepfunctions.parser.backend import execution_worker
+
+    assert "TMP_THREADS.append" in inspect.getsource(execution_worker.ExecutionWorker.start)
+
+
 def test_retrier_sleeps_through_its_module_time():
     assert "time.sleep(" in inspect.getsource(retrier_decl)
 

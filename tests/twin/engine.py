@@ -58,6 +58,7 @@ class Harness:
         self._scheduled: list[tuple[float, int, Callable[[], None]]] = []  # heap of (time, seq, action)
         self.on_step: list[Callable[[float], None]] = []
         self._seq = itertools.count()
+        self.closing = False
 
     # -- lifecycle -------------------------------------------------------------------------------
     def __enter__(self) -> Harness:
@@ -87,7 +88,13 @@ class Harness:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.wait_for_executions(timeout_s=30)
+        self.closing = True  # from now on time stands still and no Lambda runs
+        for execution in self.running():  # the horizon ended the run: stop what is left, don't wait
+            self.sfn.stop_execution(executionArn=execution["executionArn"], cause="simulation horizon")
+        # Let the interpreter threads notice before the mocks go: no call may ever leave this process.
+        deadline = time.monotonic() + 10
+        while any(t.is_alive() for t in moto_patches.interpreter_threads()) and time.monotonic() < deadline:
+            time.sleep(0.05)
         while self._stack:
             self._stack.pop().__exit__(None, None, None)
 
@@ -135,6 +142,8 @@ class Harness:
     # -- the world moves ---------------------------------------------------------------------------
     def advance(self, seconds: float) -> None:
         """Advance virtual time (called by Wait states and Retry back-off too), delivering what happens."""
+        if self.closing:
+            return
         with self._lock:
             remaining = max(0.0, seconds)
             while True:
@@ -208,7 +217,7 @@ class Harness:
     def wait_for_executions(self, timeout_s: float = 60) -> None:
         deadline = time.monotonic() + timeout_s
         while self.running() and time.monotonic() < deadline:
-            time.sleep(0.01)
+            time.sleep(0.05)
 
     def run_until(self, done: Callable[[], bool], horizon_s: float, idle_step_s: float = STEP_S) -> float:
         """Let the controller work until `done()` or the horizon; returns virtual seconds elapsed.
@@ -218,7 +227,7 @@ class Harness:
         start = self.clock.now()
         while self.clock.now() - start < horizon_s:
             if self.running():
-                time.sleep(0.002)
+                time.sleep(0.05)  # the executions' own Wait states move time meanwhile
                 continue
             if done():
                 break

@@ -26,6 +26,7 @@ from unittest import mock
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function import wait_function
+from moto.stepfunctions.parser.utils import TMP_THREADS
 
 _ENV_LOCK = threading.Lock()  # os.environ is process-wide; invocations from several executions serialise here
 
@@ -63,6 +64,11 @@ def _invoke(
             response_headers["x-amz-function-error"] = "Unhandled"
             return json.dumps({"errorMessage": str(err), "errorType": type(err).__name__, "stackTrace": []}).encode()
     return json.dumps(result).encode()
+
+
+def interpreter_threads() -> list[threading.Thread]:
+    """The threads moto's ASL interpreter started (executions and their tasks) that are still alive."""
+    return [t for t in TMP_THREADS if t.is_alive()]
 
 
 @contextlib.contextmanager

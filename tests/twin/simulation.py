@@ -26,7 +26,10 @@ class SimulatedHyperPod(FakeHyperPod):
     def __init__(self, scenario: Scenario, clock: Clock) -> None:
         super().__init__(clock, seed=scenario.seed)
         self.scenario = scenario
-        self._draw = random.Random(scenario.seed + 1)  # separate stream: fault draws don't shift node ids
+        # Independent streams, so that (say) an extra API call never changes which node is faulty.
+        self._truth = random.Random(scenario.seed + 1)
+        self._durations = random.Random(scenario.seed + 4)
+        self._api_faults = random.Random(scenario.seed + 5)
         self.second_check_request = scenario.faults.second_check_request
         self.truth: dict[str, Truth] = {}
         self.ready_at: dict[str, float] = {}  # first time each logical node finished its lifecycle script
@@ -37,7 +40,7 @@ class SimulatedHyperPod(FakeHyperPod):
     def arrive(self, group: str) -> str:
         hw = self.scenario.hardware
         lid = self.add_node(self.scenario.cluster.name, group, ready_after_s=self._group(group).lifecycle_s)
-        u = self._draw.random()
+        u = self._truth.random()
         if u < hw.transient_fault_rate:
             self.truth[lid] = "transient"
             self.set_truth(self.scenario.cluster.name, lid, "fail", cured_by="reboot")
@@ -46,7 +49,7 @@ class SimulatedHyperPod(FakeHyperPod):
             self.set_truth(self.scenario.cluster.name, lid, "fail", cured_by="replace")
         else:
             self.truth[lid] = "healthy"
-        if self._draw.random() < hw.replacement_fault_rate:
+        if self._truth.random() < hw.replacement_fault_rate:
             self.set_truth_replacement(self.scenario.cluster.name, lid, "fail", cured_by="replace")
         return lid
 
@@ -55,7 +58,7 @@ class SimulatedHyperPod(FakeHyperPod):
 
     def _duration(self, checks: Any) -> float:
         ranges = self.scenario.check_duration_s
-        total = sum(self._draw.uniform(*ranges.get(c, (self.check_duration_s[c],) * 2)) for c in set(checks))
+        total = sum(self._durations.uniform(*ranges.get(c, (self.check_duration_s[c],) * 2)) for c in set(checks))
         self.check_durations.append(total)
         return total
 
@@ -71,7 +74,7 @@ class SimulatedHyperPod(FakeHyperPod):
 
     def handle(self, operation: str, params: dict[str, Any], region: str, account: str) -> tuple[int, dict]:
         faults = self.scenario.faults
-        u = self._draw.random()
+        u = self._api_faults.random()
         if u < faults.throttle_rate:
             self.inject_error(operation, "ThrottlingException", 400, message="Rate exceeded (simulated)")
         elif u < faults.throttle_rate + faults.server_error_rate:

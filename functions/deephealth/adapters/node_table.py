@@ -1,7 +1,7 @@
 """The controller's DynamoDB table: one item per node, one round/lease item and one registry item per cluster.
 
 Keys: pk = "CLUSTER#<name>"; sk = "NODE#<node key>" | "ROUND". Registry: pk = "CLUSTERS", sk = <name>.
-A node item carries the record as JSON plus the attributes conditions need (state, version), and every write
+A node item carries the record as JSON plus the version that conditions need, and every write
 is conditional on the version read, so two writers never silently overwrite each other.
 """
 
@@ -46,7 +46,9 @@ class NodeTable:
     def load_cluster(self, cluster: str) -> dict[str, NodeRecord]:
         records: dict[str, NodeRecord] = {}
         kwargs: dict[str, Any] = {
-            "KeyConditionExpression": Key("pk").eq(cluster_pk(cluster)) & Key("sk").begins_with(NODE_PREFIX)
+            "KeyConditionExpression": Key("pk").eq(cluster_pk(cluster)) & Key("sk").begins_with(NODE_PREFIX),
+            "ProjectionExpression": "#doc",  # keys and version are inside the document
+            "ExpressionAttributeNames": {"#doc": "doc"},
         }
         while True:
             page = self.t.query(**kwargs)
@@ -65,16 +67,13 @@ class NodeTable:
         """Write `record` if nobody wrote the node since it was read; returns it with the new version."""
         saved = record.model_copy(update={"version": record.version + 1})
         condition = Attr("pk").not_exists() if record.version == 0 else Attr("version").eq(record.version)
+        # Only what conditions need sits beside the JSON document: fewer attributes, cheaper reads.
         item = {
             "pk": cluster_pk(record.cluster),
             "sk": NODE_PREFIX + record.key,
-            "state": saved.state.value,
-            "group": saved.group,
             "version": saved.version,
-            "doc": saved.model_dump_json(exclude={"version"}),
+            "doc": saved.model_dump_json(),  # the version too: reads project only the document
         }
-        if saved.round_id:
-            item["round_id"] = saved.round_id
         try:
             self.t.put_item(Item=item, ConditionExpression=condition)
         except ClientError as err:
@@ -161,4 +160,4 @@ class NodeTable:
 
 
 def _record(item: dict) -> NodeRecord:
-    return NodeRecord.model_validate_json(item["doc"]).model_copy(update={"version": int(item["version"])})
+    return NodeRecord.model_validate_json(item["doc"])

@@ -12,7 +12,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from deephealth.adapters import aws
+from deephealth.adapters import aws, clock
 from deephealth.adapters.node_table import NodeTable
 from deephealth.domain.rounds import round_name
 
@@ -30,8 +30,11 @@ class RoundStarter:
     def ensure_round(self, cluster: str) -> str | None:
         """Name of the running (or just started) round for `cluster`."""
         for _ in range(3):
-            seq = self._table.round_meta(cluster).seq
+            meta = self._table.round_meta(cluster)
+            seq = meta.seq
             name = round_name(cluster, seq)
+            if meta.holder == name and meta.lease_expires_at > clock.now():
+                return name  # live: its Finish round starts the next one if nodes are waiting
             payload = json.dumps({"cluster": cluster, "round_seq": seq}, sort_keys=True)
             try:
                 self.sfn.start_execution(stateMachineArn=self._arn, name=name, input=payload)
