@@ -9,12 +9,13 @@ CDK := $(VENV)/cdk-cli/node_modules/.bin/cdk
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_DEFAULT_REGION ?= us-east-1
 
-.PHONY: install test lint unit integration infra synth clean
+.PHONY: install test lint unit integration infra simulation synth demo clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -U 'pip>=25.1'
 	$(PY) -m pip install -q --disable-pip-version-check --group dev
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .  # the hpdhc console script
 	touch $@
 
 $(CDK):
@@ -38,10 +39,17 @@ integration: install
 infra: install
 	$(PY) -m pytest tests/infra
 
+simulation: install
+	$(PY) -m pytest tests/simulation
+
+# The digital twin: the real handlers and the synthesized workflow against a simulated cluster.
+demo: install
+	$(VENV)/bin/hpdhc simulate --scenario tests/scenarios/demo.json
+
 # Synthesizes offline (no AWS account): the dependency layer is built by local pip, not Docker.
 synth: install
 	$(CDK) synth --quiet --app "$(PY) -m infra.app"
 	@ls cdk.out/*.template.json
 
 clean:
-	rm -rf $(VENV) cdk.out .pytest_cache .ruff_cache
+	rm -rf $(VENV) cdk.out .pytest_cache .ruff_cache *.egg-info

@@ -1,0 +1,30 @@
+import json
+
+import pytest
+
+from tests.twin.cli import REPO_ROOT
+from tests.twin.report import build_report
+from tests.twin.scenario import Scenario
+from tests.twin.simulation import Twin
+from tests.twin.synth import synthesized_template
+from tests.twin.template import ControllerTemplate
+
+BASE_CONFIG = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]["hyperpod-dhc"]
+
+
+@pytest.fixture(scope="session")
+def controller_template() -> ControllerTemplate:
+    return ControllerTemplate(synthesized_template())
+
+
+@pytest.fixture
+def simulate(controller_template):
+    """Run a scenario (a dict in the scenario-file shape) through the twin; returns its report."""
+
+    def run(raw: dict) -> dict:
+        scenario = Scenario.model_validate({"version": 1, **raw})
+        with Twin(scenario, controller_template, scenario.controller_config(BASE_CONFIG)) as twin:
+            wall = twin.run()
+            return build_report(twin, wall)
+
+    return run
