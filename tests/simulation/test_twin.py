@@ -34,7 +34,7 @@ def test_the_twin_runs_the_synthesized_definition_byte_for_byte(controller_templ
         expected = ASL_FILE.read_text()
         for f in controller_template.functions:  # deephealth.handlers.claim_round -> ${ClaimRoundFunctionArn}
             task = "".join(w.capitalize() for w in f.handler.split(".")[-2].split("_"))
-            expected = expected.replace("${%sFunctionArn}" % task, twin.function_arns[f.logical_id])
+            expected = expected.replace("${" + task + "FunctionArn}", twin.function_arns[f.logical_id])
         assert deployed == expected, "the ASL file, only its ARN placeholders filled in"
 
 
