@@ -26,6 +26,12 @@ def test_interpreter_threads_are_tracked():
     assert "TMP_THREADS.append" in inspect.getsource(execution_worker.ExecutionWorker.start)
 
 
+def test_botocore_sleeps_through_its_endpoint_module_time():
+    import botocore.endpoint
+
+    assert "time.sleep(handler_response)" in inspect.getsource(botocore.endpoint.Endpoint._needs_retry)
+
+
 def test_retrier_sleeps_through_its_module_time():
     assert "time.sleep(" in inspect.getsource(retrier_decl)
 

@@ -72,3 +72,20 @@ def test_recovery_ladder_cures_transient_by_reboot_and_persistent_by_replacement
     assert all(d["verdict"] in ("replaced", "quarantined") for d in persistent)
     assert all(len(d["instance_ids"]) == 2 for d in persistent if d["verdict"] == "replaced")
     assert report["actions"]["conflicting"] == 0 and report["verdicts"]["no_verdict"] == 0
+
+
+def test_throttling_and_server_errors_on_every_api_still_end_in_verdicts(simulate):
+    report = simulate(
+        {
+            "seed": 8,
+            "horizon_s": 24 * 3600,
+            "cluster": {"name": "flaky", "node_recovery": "None"},
+            "groups": [{"name": "p5", "count": 10, "arrival": {"start_s": 0, "spread_s": 3600}}],
+            "hardware": {"transient_fault_rate": 0.2},
+            "check_duration_s": FAST_CHECKS,
+            "faults": {"throttle_rate": 0.1, "server_error_rate": 0.02, "second_check_request": "merge"},
+        }
+    )
+    assert report["verdicts"]["no_verdict"] == 0 and report["actions"]["conflicting"] == 0
+    assert report["checks"]["started_while_active"] == 0
+    assert all(d["verdict"] in ("passed", "passed_after_reboot") for d in report["node_details"])

@@ -5,7 +5,8 @@
     Exceptions come back Lambda-shaped (`Unhandled`, `errorType` = class name) so ASL Retry/Catch match on
     our exception names exactly as in AWS.
 (b) Time: Wait states and Retry back-off call `on_wait(seconds)` instead of sleeping, so the simulation
-    advances a virtual clock.
+    advances a virtual clock; botocore's own retry back-off (throttling, 5xx) returns at once and is
+    recorded, since a handler must not move time while it runs.
 
 Both reach into moto internals; `tests/integration/test_moto_patches.py` fails loudly when they move.
 """
@@ -23,11 +24,13 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from unittest import mock
 
+import botocore.endpoint
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function import wait_function
 from moto.stepfunctions.parser.utils import TMP_THREADS
 
+BOTOCORE_BACK_OFFS: list[float] = []  # seconds botocore would have slept before a retry
 _ENV_LOCK = threading.Lock()  # os.environ is process-wide; invocations from several executions serialise here
 
 
@@ -80,6 +83,7 @@ def patched(on_wait: Callable[[float], None], on_retry: Callable[[float], None] 
         on_wait(float(wait_seconds))
 
     with (
+        mock.patch.object(botocore.endpoint, "time", types.SimpleNamespace(sleep=BOTOCORE_BACK_OFFS.append)),
         mock.patch.object(LambdaSimpleBackend, "invoke", _invoke),
         mock.patch.object(wait_function.WaitFunction, "_wait_interval", wait_interval),
         mock.patch.object(retrier_decl, "time", types.SimpleNamespace(sleep=lambda s: on_retry(float(s)))),
