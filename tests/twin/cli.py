@@ -115,6 +115,8 @@ def _progress(twin: Any, groups: dict, elapsed: float, out: TextIO) -> None:
 
 
 def _tables(report: dict, out: TextIO) -> None:
+    from tests.twin.report import VERDICT_CATEGORIES
+
     print(f"\nfinished after {_hm(report['virtual_s'])} virtual ({report['wall_s']:.1f} s wall)", file=out)
     print(f"verdicts: {_kv(report['verdicts'])}", file=out)
     print(f"actions:  {_kv(report['actions'])}", file=out)
@@ -133,17 +135,7 @@ def _tables(report: dict, out: TextIO) -> None:
         rows.setdefault(d["group"], {"nodes": 0}).setdefault(d["verdict"], 0)
         rows[d["group"]]["nodes"] += 1
         rows[d["group"]][d["verdict"]] += 1
-    columns = [
-        "nodes",
-        "passed",
-        "passed_after_reboot",
-        "replaced",
-        "quarantined",
-        "failed",
-        "inconclusive",
-        "gone",
-        "no_verdict",
-    ]
+    columns = ["nodes", *VERDICT_CATEGORIES]
     print("\nper instance group", file=out)
     _table([["group", *columns]] + [[g] + [str(r.get(c, 0)) for c in columns] for g, r in rows.items()], out)
     print("\nper instance", file=out)

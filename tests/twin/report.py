@@ -14,6 +14,9 @@ from deephealth.domain.nodes import Action, NodeRecord, NodeState
 from tests.twin.simulation import CONTROLLER_GROUP, Twin
 
 REPORT_VERSION = 1
+VERDICT_CATEGORIES = (
+    "passed", "passed_after_reboot", "replaced", "quarantined", "failed", "inconclusive", "gone", "no_verdict",
+)  # fmt: skip
 
 
 def outcome(record: NodeRecord | None, actions: list[str]) -> str:
@@ -88,19 +91,7 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
         "scenario": s.name,
         "seed": s.seed,
         "nodes": len(nodes),
-        "verdicts": {
-            k: verdicts.get(k, 0)
-            for k in (
-                "passed",
-                "passed_after_reboot",
-                "replaced",
-                "quarantined",
-                "failed",
-                "inconclusive",
-                "gone",
-                "no_verdict",
-            )
-        },
+        "verdicts": {k: verdicts.get(k, 0) for k in VERDICT_CATEGORIES},
         "actions": {
             "reboot": controller_actions.get(Action.REBOOT.value, 0),
             "replace": controller_actions.get(Action.REPLACE.value, 0),

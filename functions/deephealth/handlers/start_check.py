@@ -1,17 +1,7 @@
 """StartCheck: the round workflow's "Start check" step."""
 
-from deephealth import settings
-from deephealth.domain.rounds import RoundState
-from deephealth.observability import logger, metrics
-from deephealth.wiring import build_controller
+from deephealth.controller import Controller
+from deephealth.handlers.round_step import round_step
+from deephealth.settings import StartCheckSettings
 
-SETTINGS = settings.load(settings.StartCheckSettings)
-CONTROLLER = build_controller(SETTINGS)
-
-
-@metrics.log_metrics
-@logger.inject_lambda_context(clear_state=True)
-def lambda_handler(event: dict, context: object) -> dict:
-    state = RoundState.model_validate(event)
-    logger.set_correlation_id(state.round_id or f"{state.cluster}-r{state.round_seq:06d}")
-    return CONTROLLER.start_check(state).model_dump(mode="json")
+lambda_handler = round_step(StartCheckSettings, Controller.start_check)
