@@ -14,7 +14,7 @@ from deephealth.adapters.hyperpod import ClusterInfo, HyperPod
 from deephealth.adapters.node_table import NodeTable
 from deephealth.adapters.result_logs import ResultLogs
 from deephealth.adapters.round_starter import RoundStarter
-from deephealth.domain.errors import ClusterNotFound, StaleRecord
+from deephealth.domain.errors import ClusterNotFound, LeaseLost, StaleRecord
 from deephealth.domain.events import ClusterSignal, Ignored, NodeSignal
 from deephealth.domain.nodes import IN_PROGRESS, RUNNING, Action, Decision, NodeRecord, NodeState, transition
 from deephealth.domain.observe import GroupContext, Observation, close_out, mark_unhealthy, observe
@@ -74,8 +74,7 @@ class Controller:
             metrics.add_metric(name="IgnoredEvents", unit=MetricUnit.Count, value=1)
             return f"ignored: cluster {signal.cluster} is not configured"
         if isinstance(signal, ClusterSignal):
-            if signal.closing:
-                return self.reconcile_cluster(signal.cluster, trigger=signal.event_id)
+            # Closing or not, the cluster's own state decides: reconcile closes out a Deleting/Failed cluster.
             return self.reconcile_cluster(signal.cluster, trigger=signal.event_id)
         return self._node_signal(signal)
 
@@ -293,7 +292,6 @@ class Controller:
             view = self._view(state.cluster)
         except ClusterNotFound:
             return state.model_copy(update={"recovery_due": 0})
-        config = self.config()
         plans: dict[Action, list[NodeRecord]] = {Action.REBOOT: [], Action.REPLACE: []}
         quarantine = []
         for r in self._due(view):
@@ -306,7 +304,7 @@ class Controller:
         self._save(quarantine)
         for action, records in plans.items():
             if records:
-                self._act(state, view.info, action, records, config)
+                self._act(state, view.info, action, records)
         return state.model_copy(update={"recovery_due": 0})
 
     def finish_round(self, state: RoundState) -> RoundState:
@@ -404,8 +402,6 @@ class Controller:
 
     def _renew(self, state: RoundState) -> float:
         now = self.clock()
-        from deephealth.domain.errors import LeaseLost
-
         if not self.table.acquire_lease(state.cluster, state.round_seq, state.round_id, now, LEASE_TTL_S):
             raise LeaseLost(f"{state.round_id} no longer holds the lease of {state.cluster}")
         return now
@@ -416,7 +412,6 @@ class Controller:
         info: ClusterInfo,
         action: Action,
         records: list[NodeRecord],
-        config: ControllerConfig,
     ) -> None:
         now = self.clock()
         # Intent first: a node is RECOVERING before the call, so a crash cannot lead to a second action.
