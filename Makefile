@@ -9,7 +9,7 @@ CDK := $(VENV)/cdk-cli/node_modules/.bin/cdk
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_DEFAULT_REGION ?= us-east-1
 
-.PHONY: install test lint unit integration infra simulation synth demo clean
+.PHONY: install test lint unit integration infra simulation synth demo openapi clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,11 @@ simulation: install
 # The digital twin: the real handlers and the synthesized workflow against a simulated cluster.
 demo: install
 	$(VENV)/bin/hpdhc simulate --scenario tests/scenarios/demo.json
+
+# Rewrites docs/openapi.json from the Api handler's routes (tests fail while it is stale).
+openapi: install
+	TABLE_NAME=- CONFIG_PARAMETER_NAME=- ROUND_STATE_MACHINE_ARN=arn:aws:states:us-east-1:123456789012:stateMachine:- \
+	  $(PY) -c "from deephealth.handlers.api import openapi_json; print(openapi_json(), end='')" > docs/openapi.json
 
 # Synthesizes offline (no AWS account): the dependency layer is built by local pip, not Docker.
 synth: install

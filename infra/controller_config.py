@@ -17,6 +17,7 @@ The validated model is written as JSON to an SSM String parameter whose name eve
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -29,6 +30,10 @@ FUNCTIONS_DIR = REPO_ROOT / "functions"
 CONTEXT_KEY = "hyperpod-dhc"
 # Separate key, not part of ControllerConfig: it is about the stack, not the controller's policy.
 DELETION_PROTECTION_KEY = "hyperpod-dhc:table-deletion-protection"
+# Optional: an address that gets an email subscription to the notifications topic (alarms, quarantines).
+NOTIFICATION_EMAIL_KEY = "hyperpod-dhc:notification-email"
+# Deliberately loose (SNS sends a confirmation mail anyway): one @, no spaces, a dot in the domain.
+_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s.]+")
 
 if str(FUNCTIONS_DIR) not in sys.path:  # `python -m infra.app` only has the repository root on sys.path
     sys.path.insert(0, str(FUNCTIONS_DIR))
@@ -41,6 +46,7 @@ __all__ = [
     "ControllerConfig",
     "config_parameter",
     "read_controller_config",
+    "read_notification_email",
     "retention",
 ]
 
@@ -91,6 +97,16 @@ def read_deletion_protection(scope: Construct) -> bool:
     if isinstance(raw, str) and raw.lower() in ("true", "false"):
         return raw.lower() == "true"
     raise ConfigError(f'context key "{DELETION_PROTECTION_KEY}" must be true or false, got {raw!r}')
+
+
+def read_notification_email(scope: Construct) -> str | None:
+    """The address of ``hyperpod-dhc:notification-email``; None when unset or empty."""
+    raw = scope.node.try_get_context(NOTIFICATION_EMAIL_KEY)
+    if raw is None or raw == "":
+        return None
+    if not isinstance(raw, str) or not _EMAIL.fullmatch(raw.strip()):
+        raise ConfigError(f'context key "{NOTIFICATION_EMAIL_KEY}" must be an email address, got {raw!r}')
+    return raw.strip()
 
 
 def retention(config: ControllerConfig) -> logs.RetentionDays:

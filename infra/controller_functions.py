@@ -1,4 +1,4 @@
-"""The controller's seven Lambdas, their shared settings and the dependency layer.
+"""The controller's eight Lambdas, their shared settings and the dependency layer.
 
 ``ControllerFunction`` is the only place that decides runtime, architecture, memory, logging, tracing
 and the common environment; ``FUNCTIONS`` says what differs per Lambda (handler, timeout, HyperPod
@@ -13,7 +13,7 @@ import json
 import subprocess
 import sys
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -98,9 +98,18 @@ FUNCTIONS: Mapping[str, FunctionSpec] = {
         120,
         "Check round: records the outcome, releases the claim, chains the next round",
     ),
+    "Api": FunctionSpec(
+        "deephealth.handlers.api.lambda_handler",
+        30,
+        "Operator REST API: cluster, group and node views; queues on-demand checks",
+        ("DescribeCluster", "ListClusterNodes"),
+        lists_clusters=True,
+    ),
 }
 # The state machine's Task states, in the order of the ASL placeholders (`${<Id>FunctionArn}`).
 ROUND_TASKS = ("ClaimRound", "StartCheck", "PollCheck", "RecoverNodes", "FinishRound")
+# The functions that start check rounds (ROUND_STATE_MACHINE_ARN, states:StartExecution/DescribeExecution).
+ROUND_STARTERS = ("Intake", "Reconcile", "FinishRound", "Api")
 
 
 def dependency_group(pyproject: Path, group: str) -> list[str]:
@@ -266,7 +275,7 @@ def _latest_python() -> lambda_.Runtime:
 
 
 class ControllerFunctions(Construct):
-    """The seven Lambdas of ``FUNCTIONS``, wired to the table and the configuration parameter."""
+    """The Lambdas of ``FUNCTIONS``, wired to the table and the configuration parameter."""
 
     def __init__(
         self,
@@ -314,6 +323,9 @@ class ControllerFunctions(Construct):
 
     def __getitem__(self, name: str) -> ControllerFunction:
         return self.functions[name]
+
+    def __iter__(self) -> Iterator[ControllerFunction]:
+        return iter(self.functions.values())
 
     @property
     def round_tasks(self) -> dict[str, ControllerFunction]:

@@ -7,14 +7,19 @@ from typing import Any
 from aws_cdk import CfnOutput, Stack, Tags
 from constructs import Construct
 
+from infra.audit_queries import AuditQueries
 from infra.controller_config import (
     config_parameter,
     read_controller_config,
     read_deletion_protection,
+    read_notification_email,
     retention,
 )
-from infra.controller_functions import ControllerFunctions
+from infra.controller_functions import ROUND_STARTERS, ControllerFunctions
 from infra.nodes_table import NodesTable
+from infra.notifications import Notifications
+from infra.operations_dashboard import OperationsDashboard
+from infra.operator_api import OperatorApi
 from infra.round_workflow import RoundWorkflow
 from infra.triggers import Triggers
 
@@ -25,6 +30,7 @@ class HyperPodDhcStack(Stack):
         Tags.of(self).add("project", "hyperpod-dhc")
         self.config = read_controller_config(self)  # raises ConfigError naming the bad keys
         log_retention = retention(self.config)
+        notification_email = read_notification_email(self)  # raises ConfigError naming the key
 
         self.table = NodesTable(self, "Nodes", deletion_protection=read_deletion_protection(self))
         self.config_parameter = config_parameter(self, "ControllerConfig", self.config)
@@ -36,11 +42,14 @@ class HyperPodDhcStack(Stack):
             log_retention=log_retention,
             list_clusters=self.config.clusters == "all",
         )
+        self.notifications = Notifications(self, "Notifications", email=notification_email)
+        for function in self.functions:
+            self.notifications.add_publisher(function)
         self.workflow = RoundWorkflow(
             self,
             "RoundWorkflow",
             tasks=self.functions.round_tasks,
-            starters=[self.functions[name] for name in ("Intake", "Reconcile", "FinishRound")],
+            starters=[self.functions[name] for name in ROUND_STARTERS],
             log_retention=log_retention,
         )
         self.triggers = Triggers(
@@ -50,7 +59,31 @@ class HyperPodDhcStack(Stack):
             intake=self.functions["Intake"],
             reconcile=self.functions["Reconcile"],
         )
+        self.operator_api = OperatorApi(self, "OperatorApi", handler=self.functions["Api"], log_retention=log_retention)
+        self.dashboard = OperationsDashboard(
+            self,
+            "Operations",
+            config=self.config,
+            state_machine=self.workflow.state_machine,
+            dead_letter_queues={
+                "undelivered-events": self.triggers.undelivered,
+                **{
+                    f"{name.lower()}-failed-invocations": fn.failed_invocations
+                    for name, fn in self.functions.functions.items()
+                    if fn.failed_invocations is not None
+                },
+            },
+            functions=self.functions.functions,
+            topic=self.notifications.topic,
+            api=self.operator_api.api,
+        )
+        self.audit_queries = AuditQueries(
+            self, "AuditQueries", log_groups=[function.log_group for function in self.functions]
+        )
 
         CfnOutput(self, "RoundStateMachineArn", value=self.workflow.state_machine.state_machine_arn)
         CfnOutput(self, "NodesTableName", value=self.table.table_name)
         CfnOutput(self, "ConfigParameterName", value=self.config_parameter.parameter_name)
+        CfnOutput(self, "NotificationsTopicArn", value=self.notifications.topic.topic_arn)
+        CfnOutput(self, "ApiEndpoint", value=self.operator_api.url, description="Stage URL of the operator API")
+        CfnOutput(self, "ApiId", value=self.operator_api.api.rest_api_id)

@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 
 from deephealth.adapters.hyperpod import ClusterInfo, HyperPod
 from deephealth.adapters.node_table import NodeTable
+from deephealth.adapters.notifications import Notifier
 from deephealth.adapters.result_logs import ResultLogs
 from deephealth.adapters.round_starter import RoundStarter
 from deephealth.domain.errors import ClusterNotFound, LeaseLost, StaleRecord
 from deephealth.domain.events import ClusterSignal, Ignored, NodeSignal
-from deephealth.domain.nodes import IN_PROGRESS, RUNNING, Action, Decision, NodeRecord, NodeState, transition
+from deephealth.domain.nodes import IN_PROGRESS, RUNNING, Action, Decision, NodeRecord, NodeState, Verdict, transition
 from deephealth.domain.observe import GroupContext, Observation, close_out, mark_unhealthy, observe
+from deephealth.domain.on_demand import JOBS_NOTE, CheckRequest, find, request_checks
 from deephealth.domain.policy import ControllerConfig
 from deephealth.domain.recovery import action_refused, action_started, due_action, plan_recovery
 from deephealth.domain.rounds import (
@@ -31,6 +33,7 @@ from deephealth.domain.rounds import (
     round_name,
     select_for_round,
 )
+from deephealth.domain.views import group_views, node_detail, node_summary, state_counts
 from deephealth.observability import MetricUnit, logger, metrics
 
 CLOSING_STATUSES = frozenset({"Deleting", "Failed"})
@@ -55,6 +58,7 @@ class Controller:
         clock: Callable[[], float],
         logs: ResultLogs | None = None,
         starter: RoundStarter | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.table = table
         self.hyperpod = hyperpod
@@ -62,6 +66,7 @@ class Controller:
         self.clock = clock
         self.logs = logs or ResultLogs()
         self.starter = starter
+        self.notifier = notifier or Notifier(None)
         self._cluster_info: dict[str, tuple[float, ClusterInfo]] = {}
 
     # -- intake ----------------------------------------------------------------------------------------
@@ -173,6 +178,82 @@ class Controller:
         for saved in self._save(changes):
             view.records[saved.key] = saved
         return view
+
+    # -- operators: read models and on-demand checks --------------------------------------------------
+    def cluster_names(self) -> list[str]:
+        config = self.config()
+        return sorted(set(config.clusters) if config.clusters != "all" else set(self.table.registered_clusters()))
+
+    def _known(self, cluster: str) -> None:
+        if cluster not in self.cluster_names():
+            raise ClusterNotFound(f"cluster {cluster} is not watched by this controller")
+
+    def clusters_view(self) -> list[dict]:
+        return [
+            {
+                "cluster": name,
+                "states": state_counts(list(self.table.load_cluster(name).values())),
+                "live_round": self._live_round(name),
+            }
+            for name in self.cluster_names()
+        ]
+
+    def groups_view(self, cluster: str) -> list[dict]:
+        self._known(cluster)
+        return group_views(list(self.table.load_cluster(cluster).values()), self._live_round(cluster))
+
+    def nodes_view(
+        self, cluster: str, group: str | None, state: str | None, limit: int, after: str | None
+    ) -> tuple[list[dict], str | None]:
+        """One page of nodes, ordered by node key; `after` is the last key of the previous page."""
+        self._known(cluster)
+        records = sorted(self.table.load_cluster(cluster).values(), key=lambda r: r.key)
+        chosen = [
+            r
+            for r in records
+            if (group is None or r.group == group)
+            and (state is None or r.state == state)
+            and (after is None or r.key > after)
+        ]
+        page = chosen[:limit]
+        return [node_summary(r) for r in page], (page[-1].key if len(chosen) > limit else None)
+
+    def node_view(self, cluster: str, ref: str) -> dict | None:
+        self._known(cluster)
+        record = find(self.table.load_cluster(cluster), ref)
+        return None if record is None else node_detail(record)
+
+    def request_checks(self, cluster: str, request: CheckRequest, trigger: str) -> dict:
+        """Queue the requested nodes into the next round; say what was queued and why anything was not."""
+        self._known(cluster)
+        view = self.observe_cluster(cluster, trigger)  # fresh: nodes the events have not told us about yet
+        queued, refused = request_checks(
+            view.records,
+            view.groups,
+            group_names=request.groups,
+            nodes=request.instances,
+            checks=request.checks,
+            now=self.clock(),
+            trigger=trigger,
+        )
+        saved = self._save(queued)
+        if saved:
+            self._start_round(cluster)
+        return {
+            "cluster": cluster,
+            "queued": [r.key for r in saved],
+            "not_queued": [{"node": f.node, "reason": f.reason} for f in refused]
+            + [
+                {"node": r.key, "reason": "changed concurrently; retry"}
+                for r, _ in queued
+                if r.key not in {s.key for s in saved}
+            ],
+            "note": JOBS_NOTE,
+        }
+
+    def _live_round(self, cluster: str) -> str | None:
+        meta = self.table.round_meta(cluster)
+        return meta.holder if meta.holder and meta.lease_expires_at > self.clock() else None
 
     # -- the round workflow's steps ------------------------------------------------------------------
     def claim_round(self, state: RoundState) -> RoundState:
@@ -342,6 +423,7 @@ class Controller:
                 "summary": dict(summary),
             },
         )
+        self._announce_round(round_id, state, records.values())
         if state.error:
             metrics.add_metric(name="RoundsFailed", unit=MetricUnit.Count, value=1)
         elif released:
@@ -450,6 +532,56 @@ class Controller:
             value=len(owned) - len(refused),
         )
 
+    def _announce_round(self, round_id: str, state: RoundState, records: Iterable[NodeRecord]) -> None:
+        """One round-finished message per instance group the round touched, with where its nodes ended."""
+        by_group: dict[str, Counter] = {}
+        for r in records:
+            if any(h.trigger == round_id for h in r.history):
+                by_group.setdefault(r.group, Counter())[r.state.value] += 1
+        for group, states in sorted(by_group.items()):
+            self.notifier.publish(
+                "round-finished",
+                state.cluster,
+                group,
+                f"hyperpod-dhc: round {round_id} finished",
+                {"round_id": round_id, "failed_step": bool(state.error), "states": dict(states)},
+            )
+
+    def _announce(self, record: NodeRecord, decision: Decision) -> None:
+        """Metrics and notifications for one audited decision."""
+        detail = {
+            "node": record.key,
+            "instance_id": record.instance_id,
+            "reason": decision.reason,
+            "verdict": decision.verdict,
+            "evidence": decision.evidence,
+            "attempts": record.attempts,
+        }
+        if decision.verdict is not None:
+            metrics.add_metric(name=f"Verdict_{decision.verdict.value}", unit=MetricUnit.Count, value=1)
+            if record.ready_at is not None and record.verdict_at is not None:
+                metrics.add_metric(
+                    name="ReadyToVerdictSeconds", unit=MetricUnit.Seconds, value=record.verdict_at - record.ready_at
+                )
+            if decision.to_state == NodeState.PASSED and record.attempts:
+                metrics.add_metric(name="NodesRecovered", unit=MetricUnit.Count, value=1)
+                self.notifier.publish(
+                    "node-recovered", record.cluster, record.group, f"hyperpod-dhc: {record.key} recovered", detail
+                )
+            elif decision.verdict in (Verdict.FAILED, Verdict.REPLACED_BY_HYPERPOD):
+                self.notifier.publish(
+                    "node-failed",
+                    record.cluster,
+                    record.group,
+                    f"hyperpod-dhc: {record.key} failed its deep health check",
+                    detail,
+                )
+        if decision.to_state == NodeState.QUARANTINED and decision.from_state != NodeState.QUARANTINED:
+            metrics.add_metric(name="NodesQuarantined", unit=MetricUnit.Count, value=1)
+            self.notifier.publish(
+                "node-quarantined", record.cluster, record.group, f"hyperpod-dhc: {record.key} quarantined", detail
+            )
+
     def _save(
         self, changes: Iterable[tuple[NodeRecord, Decision] | NodeRecord], audit: bool = True
     ) -> list[NodeRecord]:
@@ -465,8 +597,5 @@ class Controller:
                 continue
             if decision is not None and audit:
                 logger.info("decision", extra={"decision": decision.model_dump(mode="json")})
-                if decision.verdict is not None:
-                    metrics.add_metric(name=f"Verdict_{decision.verdict.value}", unit=MetricUnit.Count, value=1)
-                    if decision.to_state == NodeState.PASSED and record.attempts:
-                        metrics.add_metric(name="NodesRecovered", unit=MetricUnit.Count, value=1)
+                self._announce(record, decision)
         return saved

@@ -17,6 +17,7 @@ class _Settings(BaseModel):
 
     TABLE_NAME: str = Field(min_length=1)
     CONFIG_PARAMETER_NAME: str = Field(min_length=1)
+    NOTIFICATIONS_TOPIC_ARN: str | None = Field(default=None, pattern=r"^arn:aws[a-z-]*:sns:[a-z0-9-]+:\d{12}:.+$")
 
 
 class _StartsRounds(_Settings):
@@ -32,6 +33,10 @@ class ReconcileSettings(_StartsRounds):
 
 
 class FinishRoundSettings(_StartsRounds):
+    pass
+
+
+class ApiSettings(_StartsRounds):
     pass
 
 

@@ -45,6 +45,13 @@ def template_json(template: Template) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
+def scoped_template_json() -> dict[str, Any]:
+    """The stack when the config names its clusters instead of watching "all"."""
+    app = synth.app(synth.config_with(clusters=["train-a", "train-b"]))
+    return Template.from_stack(HyperPodDhcStack(app, synth.STACK_ID)).to_json()
+
+
+@pytest.fixture(scope="session")
 def function_arns(template_json: dict[str, Any]) -> dict[str, str]:
     """Construct id -> a fake but well-formed ARN for each task function of the round."""
     return {

@@ -25,7 +25,7 @@ CLUSTERS = "arn:<AWS::Partition>:sagemaker:<AWS::Region>:<AWS::AccountId>:cluste
 CHECK_LOGS = "arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/sagemaker/Clusters/*"
 ROUND_ARN = "arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:stateMachine:HyperPodDhc-check-round"
 ROUND_EXECUTIONS = "arn:<AWS::Partition>:states:<AWS::Region>:<AWS::AccountId>:execution:HyperPodDhc-check-round:*"
-STARTERS = {"Intake", "Reconcile", "FinishRound"}
+STARTERS = {"Intake", "Reconcile", "FinishRound", "Api"}
 
 
 # ---------------------------------------------------------------- helpers
@@ -82,13 +82,6 @@ def asl(resolved_definition: str) -> dict[str, Any]:
     return json.loads(resolved_definition)
 
 
-@pytest.fixture(scope="session")
-def scoped_template_json() -> dict[str, Any]:
-    """The stack when the config names its clusters instead of watching "all"."""
-    app = synth.app(synth.config_with(clusters=["train-a", "train-b"]))
-    return Template.from_stack(HyperPodDhcStack(app, synth.STACK_ID)).to_json()
-
-
 # ---------------------------------------------------------------- triggers
 
 
@@ -142,8 +135,9 @@ def test_named_clusters_scope_rules_by_cluster_name(scoped_template_json: dict[s
 def test_list_clusters_only_when_watching_all(
     template_json: dict[str, Any], scoped_template_json: dict[str, Any]
 ) -> None:
-    assert "sagemaker:ListClusters" in actions(function_statements(template_json, "Reconcile"), "sagemaker:")
-    assert "sagemaker:ListClusters" not in actions(function_statements(scoped_template_json, "Reconcile"), "sagemaker:")
+    for name in ("Reconcile", "Api"):
+        assert "sagemaker:ListClusters" in actions(function_statements(template_json, name), "sagemaker:")
+        assert "sagemaker:ListClusters" not in actions(function_statements(scoped_template_json, name), "sagemaker:")
 
 
 # ---------------------------------------------------------------- round workflow
@@ -279,7 +273,7 @@ def test_deletion_protection_can_be_turned_off() -> None:
 def test_every_log_group_has_retention(template_json: dict[str, Any]) -> None:
     days = synth.cdk_context()["hyperpod-dhc"]["log_retention_days"]
     groups = resources(template_json, "AWS::Logs::LogGroup")
-    assert len(groups) == len(FUNCTIONS) + 1  # one per function + the state machine's
+    assert len(groups) == len(FUNCTIONS) + 2  # one per function + the state machine's + API access logs
     for lid, group in groups.items():
         assert group["Properties"].get("RetentionInDays") == days, lid
     for name, props in functions(template_json).items():

@@ -109,6 +109,12 @@ class Harness:
         boto3.client("ssm", region_name=REGION).put_parameter(
             Name=CONFIG_PARAMETER_NAME, Type="String", Value=json.dumps(self.config)
         )
+        sns, sqs = boto3.client("sns", region_name=REGION), boto3.client("sqs", region_name=REGION)
+        self.topic_arn = sns.create_topic(Name="hyperpod-dhc-notifications")["TopicArn"]
+        # A queue subscribed with raw delivery off, so tests read the notifications (attributes included).
+        self.notifications_queue = sqs.create_queue(QueueName="notifications")["QueueUrl"]
+        queue_arn = sqs.get_queue_attributes(QueueUrl=self.notifications_queue, AttributeNames=["QueueArn"])
+        sns.subscribe(TopicArn=self.topic_arn, Protocol="sqs", Endpoint=queue_arn["Attributes"]["QueueArn"])
         role = boto3.client("iam", region_name=REGION).create_role(
             RoleName="controller", AssumeRolePolicyDocument="{}"
         )["Role"]["Arn"]
@@ -119,6 +125,8 @@ class Harness:
             env = {**fn.literal_env, "TABLE_NAME": TABLE_NAME, "CONFIG_PARAMETER_NAME": CONFIG_PARAMETER_NAME}
             if fn.starts_rounds:
                 env["ROUND_STATE_MACHINE_ARN"] = self.state_machine_arn
+            if fn.notifies:
+                env["NOTIFICATIONS_TOPIC_ARN"] = self.topic_arn
             arns[fn.logical_id] = lam.create_function(
                 FunctionName=fn.construct_id,
                 Runtime="python3.12",
@@ -200,6 +208,41 @@ class Harness:
             raise AssertionError(f"{arn} failed: {body}")
         return body
 
+    def notifications(self) -> list[dict]:
+        """Every SNS notification published so far: the message plus its attributes (as SNS delivers them)."""
+        sqs = boto3.client("sqs", region_name=REGION)
+        out = []
+        while True:
+            got = sqs.receive_message(QueueUrl=self.notifications_queue, MaxNumberOfMessages=10)
+            if not got.get("Messages"):
+                return out
+            for m in got["Messages"]:
+                envelope = json.loads(m["Body"])
+                attributes = {k: v["Value"] for k, v in envelope.get("MessageAttributes", {}).items()}
+                out.append(
+                    {
+                        "subject": envelope.get("Subject"),
+                        "attributes": attributes,
+                        "message": json.loads(envelope["Message"]),
+                    }
+                )
+                sqs.delete_message(QueueUrl=self.notifications_queue, ReceiptHandle=m["ReceiptHandle"])
+
+    def api(
+        self,
+        method: str,
+        path: str,
+        body: object = None,
+        query: dict | None = None,
+        principal: str = "arn:aws:iam::123456789012:user/operator",
+    ) -> tuple[int, dict]:
+        """Call the operator API as API Gateway would (REST proxy event, IAM-authenticated principal)."""
+        from tests.twin.api_gateway import proxy_event
+
+        arn = self.function_arns[self.template.api_logical_id]
+        response = self.invoke(arn, proxy_event(method, path, body, query, principal))
+        return response["statusCode"], json.loads(response["body"] or "null")
+
     def reconcile(self) -> dict:
         return self.invoke(self.reconcile_arn, {"source": "aws.events", "detail-type": "Scheduled Event"})
 
@@ -249,6 +292,9 @@ def _cold_start() -> None:
     """Forget imported handlers (and their warm caches), as a new deployment's first invocations would."""
     for name in [m for m in sys.modules if m.startswith("deephealth.handlers.")]:
         del sys.modules[name]
+    from deephealth import settings
+
+    settings.load.cache_clear()
 
 
 def _clear_parameter_cache() -> None:

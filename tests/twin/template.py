@@ -18,6 +18,7 @@ class FunctionSpec:
     handler: str
     literal_env: dict[str, str]  # resolved-at-deploy values (Refs) are replaced by the harness
     starts_rounds: bool
+    notifies: bool
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,7 @@ class ControllerTemplate:
                     handler=props["Handler"],
                     literal_env={k: v for k, v in env.items() if isinstance(v, str)},
                     starts_rounds="ROUND_STATE_MACHINE_ARN" in env,
+                    notifies="NOTIFICATIONS_TOPIC_ARN" in env,
                 )
             )
         return out
@@ -57,6 +59,10 @@ class ControllerTemplate:
     @property
     def intake_logical_id(self) -> str:
         return self._function("intake")
+
+    @property
+    def api_logical_id(self) -> str:
+        return self._function("api")
 
     @property
     def reconcile_logical_id(self) -> str:

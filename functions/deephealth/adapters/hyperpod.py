@@ -12,6 +12,7 @@ from deephealth.adapters import aws
 from deephealth.domain.errors import ClusterBusy, ClusterNotFound, Throttled, TransientError
 from deephealth.domain.nodes import Action, NodeSnapshot
 from deephealth.domain.rounds import MAX_NODES_PER_ACTION_CALL, chunks
+from deephealth.observability import MetricUnit, metrics
 
 THROTTLING_CODES = frozenset(
     {"ThrottlingException", "Throttling", "TooManyRequestsException", "RequestLimitExceeded", "SlowDown"}
@@ -63,6 +64,7 @@ def _raise_mapped(err: ClientError | BotoCoreError, busy_ok: bool = False) -> No
     message = err.response.get("Error", {}).get("Message", "")
     status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
     if code in THROTTLING_CODES:
+        metrics.add_metric(name="Throttled", unit=MetricUnit.Count, value=1)  # after botocore's own retries
         raise Throttled(f"{code}: {message}") from err
     if code in NOT_FOUND_CODES:
         raise ClusterNotFound(message or code) from err

@@ -97,6 +97,7 @@ class NodeRecord(BaseModel):
     evidence: list[str] = Field(default_factory=list)
     round_id: str | None = None
     observe_only: bool = False
+    requested_checks: tuple[str, ...] | None = None  # an operator's on-demand check types, for the next round
     check_started_at: float | None = None
     seen_in_progress: bool = False
     attempts: int = 0  # recovery actions so far (ours or HyperPod's)

@@ -48,6 +48,7 @@ def apply_verdict(
         "evidence": list(evidence),
         "round_id": None,
         "observe_only": False,
+        "requested_checks": None,
     }
     if verdict == Verdict.PASSED:
         reason = "check passed" + (f" after {record.attempts} recovery action(s)" if record.attempts else "")

@@ -107,16 +107,20 @@ def group_checks(checks: Sequence[str], nodes_in_group: int) -> list[str]:
 
 
 def build_check_request(claimed: list[NodeRecord], groups: dict[str, GroupContext]) -> list[dict]:
-    """DeepHealthCheckConfigurations for one StartClusterHealthCheck, chunked to the API limits."""
-    by_group: dict[str, list[str]] = {}
+    """DeepHealthCheckConfigurations for one StartClusterHealthCheck, chunked to the API limits.
+
+    One configuration per (group, check types): the group's policy, or an operator's on-demand choice.
+    """
+    by_config: dict[tuple[str, tuple[str, ...]], list[str]] = {}
     for record in claimed:
         if record.instance_id:
-            by_group.setdefault(record.group, []).append(record.instance_id)
+            checks = record.requested_checks or groups[record.group].policy.checks
+            by_config.setdefault((record.group, tuple(checks)), []).append(record.instance_id)
     configs = []
-    for group, ids in sorted(by_group.items()):
-        checks = group_checks(groups[group].policy.checks, len(ids))
+    for (group, checks), ids in sorted(by_config.items()):
+        kept = group_checks(checks, len(ids))
         configs += [
-            {"InstanceGroupName": group, "InstanceIds": part, "DeepHealthChecks": checks}
+            {"InstanceGroupName": group, "InstanceIds": part, "DeepHealthChecks": kept}
             for part in chunks(sorted(ids), MAX_IDS_PER_CONFIG)
         ]
     if len(configs) > MAX_CONFIGS_PER_CHECK:

@@ -1,0 +1,249 @@
+"""The operators' CloudWatch dashboard ``<stack name>-operations`` and the alarms that notify them.
+
+Controller metrics are Powertools EMF in namespace ``HyperPodDHC`` with the dimension
+``service=hyperpod-dhc``; node metrics are also emitted with ``service`` + ``cluster``, and when the
+configuration names its clusters each one gets a row of its own. Step Functions, SQS and Lambda
+metrics come from their services.
+
+Alarms (each notifies the topic, and treats missing data as not breaching): a failed round execution,
+a message in any dead-letter queue, 10 or more throttled AWS calls in 5 minutes, a quarantined node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from aws_cdk import Duration, Stack
+from aws_cdk import aws_apigateway as apigw
+from aws_cdk import aws_cloudwatch as cw
+from aws_cdk import aws_cloudwatch_actions as cw_actions
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_sns as sns
+from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_stepfunctions as sfn
+from constructs import Construct
+
+from infra.controller_config import ControllerConfig
+from infra.controller_functions import METRICS_NAMESPACE, SERVICE_NAME
+from infra.notifications import alarm_name
+
+PERIOD = Duration.minutes(5)
+VERDICTS = ("passed", "failed", "replaced-by-hyperpod", "skipped", "inconclusive", "gone")
+RECOVERY_METRICS = ("RebootRequests", "ReplaceRequests", "NodesRecovered")
+BAD_INPUT_METRICS = ("MalformedEvents", "IgnoredEvents")
+THROTTLED_THRESHOLD = 10  # throttled AWS calls (after botocore's retries) in one 5-minute period
+WIDTH = 8  # three widgets per row of 24
+
+
+def controller_metric(name: str, *, cluster: str | None = None, statistic: str = "Sum", label: str | None = None):
+    dimensions = {"service": SERVICE_NAME} | ({"cluster": cluster} if cluster is not None else {})
+    return cw.Metric(
+        namespace=METRICS_NAMESPACE,
+        metric_name=name,
+        dimensions_map=dimensions,
+        statistic=statistic,
+        period=PERIOD,
+        label=label,
+    )
+
+
+def graph(title: str, left: Sequence[cw.IMetric], *, stacked: bool = False, width: int = WIDTH) -> cw.GraphWidget:
+    return cw.GraphWidget(title=title, left=list(left), stacked=stacked, width=width, height=6)
+
+
+class OperationsDashboard(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        config: ControllerConfig,
+        state_machine: sfn.StateMachine,
+        dead_letter_queues: Mapping[str, sqs.IQueue],
+        functions: Mapping[str, lambda_.IFunction],
+        topic: sns.ITopic,
+        api: apigw.RestApi | None = None,
+    ) -> None:
+        super().__init__(scope, id)
+        stack = Stack.of(self)
+        self.dashboard_name = f"{stack.stack_name}-operations"
+        action = cw_actions.SnsAction(topic)
+
+        def alarm(what: str, metric: cw.IMetric, threshold: float, description: str) -> cw.Alarm:
+            created = cw.Alarm(
+                self,
+                "".join(part.capitalize() for part in what.split("-")) + "Alarm",
+                alarm_name=alarm_name(self, what),
+                alarm_description=description,
+                metric=metric,
+                threshold=threshold,
+                evaluation_periods=1,
+                comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,
+            )
+            created.add_alarm_action(action)
+            return created
+
+        failed = state_machine.metric_failed(period=PERIOD, statistic="Sum", label="ExecutionsFailed")
+        dlq_depth = {
+            name: queue.metric_approximate_number_of_messages_visible(period=PERIOD, statistic="Maximum", label=name)
+            for name, queue in dead_letter_queues.items()
+        }
+        throttled = controller_metric("Throttled", label="Throttled AWS calls (controller)")
+        quarantined = controller_metric("NodesQuarantined")
+
+        self.alarms: dict[str, cw.Alarm] = {
+            "rounds-failed": alarm(
+                "rounds-failed",
+                failed,
+                1,
+                f"A check round ({state_machine.state_machine_name}) execution failed; Reconcile restarts "
+                "the cluster's round. Look at the execution's history and the 'every decision of one round' query.",
+            ),
+            **{
+                f"dlq-{name}": alarm(
+                    f"dlq-{name}",
+                    metric,
+                    1,
+                    f"Messages are waiting in the {name} dead-letter queue (kept 14 days); inspect and redrive them.",
+                )
+                for name, metric in dlq_depth.items()
+            },
+            "throttled": alarm(
+                "throttled",
+                throttled,
+                THROTTLED_THRESHOLD,
+                f"{THROTTLED_THRESHOLD} or more AWS API calls of the controller were throttled in 5 minutes "
+                "(after botocore's retries); rounds slow down.",
+            ),
+            "nodes-quarantined": alarm(
+                "nodes-quarantined",
+                quarantined,
+                1,
+                "A node was quarantined after its recovery attempts; an operator decides what happens to it "
+                "(see the 'recovery actions' and 'history of one node' queries).",
+            ),
+        }
+
+        dashboard = cw.Dashboard(
+            self,
+            "Dashboard",
+            dashboard_name=self.dashboard_name,
+            default_interval=Duration.days(1),
+        )
+        dashboard.add_widgets(
+            cw.TextWidget(
+                markdown=(
+                    f"# hyperpod-dhc operations\n"
+                    f"Controller metrics: namespace `{METRICS_NAMESPACE}`, dimension `service={SERVICE_NAME}` "
+                    f"(node metrics also per `cluster`). Alarms notify the `{topic.topic_name}` topic. Audit: "
+                    "Logs Insights saved queries `hyperpod-dhc/*`."
+                ),
+                width=24,
+                height=2,
+            )
+        )
+        dashboard.add_widgets(*self._node_widgets(None))
+        dashboard.add_widgets(
+            graph("Quarantines", [quarantined]),
+            self._rounds_widget(state_machine),
+            graph(
+                "Failed executions",
+                [
+                    failed,
+                    state_machine.metric_timed_out(period=PERIOD, statistic="Sum", label="ExecutionsTimedOut"),
+                    state_machine.metric_aborted(period=PERIOD, statistic="Sum", label="ExecutionsAborted"),
+                ],
+            ),
+        )
+        dashboard.add_widgets(
+            graph("Dead-letter queue depth", list(dlq_depth.values())),
+            graph("Bad input", [controller_metric(name) for name in BAD_INPUT_METRICS]),
+            graph(
+                "Throttling",
+                [throttled]
+                + [
+                    fn.metric_throttles(period=PERIOD, statistic="Sum", label=f"{name} Lambda Throttles")
+                    for name, fn in functions.items()
+                ],
+            ),
+        )
+        health = [
+            graph(
+                "Lambda errors",
+                [fn.metric_errors(period=PERIOD, statistic="Sum", label=name) for name, fn in functions.items()],
+            )
+        ]
+        if api is not None:
+            health += [
+                graph(
+                    "Operator API requests",
+                    [
+                        api.metric_count(period=PERIOD, statistic="Sum", label="Count"),
+                        api.metric_client_error(period=PERIOD, statistic="Sum", label="4XXError"),
+                        api.metric_server_error(period=PERIOD, statistic="Sum", label="5XXError"),
+                    ],
+                ),
+                graph(
+                    "Operator API latency (ms)",
+                    [api.metric_latency(period=PERIOD, statistic=s, label=s) for s in ("p50", "p95")],
+                ),
+            ]
+        dashboard.add_widgets(*health)
+        dashboard.add_widgets(cw.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms.values()), width=24))
+        if config.clusters != "all":
+            for cluster in config.clusters:
+                dashboard.add_widgets(
+                    cw.TextWidget(markdown=f"## Cluster `{cluster}`", width=24, height=1),
+                )
+                dashboard.add_widgets(*self._node_widgets(cluster))
+        self.dashboard = dashboard
+
+    @staticmethod
+    def _node_widgets(cluster: str | None) -> list[cw.IWidget]:
+        """One row: nodes checked, verdicts, ready-to-verdict time, recovery (and, per cluster, quarantines)."""
+        suffix = f" — {cluster}" if cluster is not None else ""
+        recovery = [controller_metric(name, cluster=cluster) for name in RECOVERY_METRICS]
+        if cluster is not None:  # the stack-wide row has a quarantines widget of its own
+            recovery.append(controller_metric("NodesQuarantined", cluster=cluster))
+        return [
+            graph(f"Nodes checked{suffix}", [controller_metric("NodesChecked", cluster=cluster)], width=6),
+            graph(
+                f"Verdicts{suffix}",
+                [controller_metric(f"Verdict_{v}", cluster=cluster, label=v) for v in VERDICTS],
+                stacked=True,
+                width=6,
+            ),
+            graph(
+                f"Time from ready to verdict (s){suffix}",
+                [
+                    controller_metric("ReadyToVerdictSeconds", cluster=cluster, statistic=s, label=s)
+                    for s in ("p50", "p95")
+                ],
+                width=6,
+            ),
+            graph(f"Recovery actions{suffix}", recovery, width=6),
+        ]
+
+    @staticmethod
+    def _rounds_widget(state_machine: sfn.StateMachine) -> cw.GraphWidget:
+        started = state_machine.metric_started(period=PERIOD, statistic="Sum", label="ExecutionsStarted")
+        succeeded = state_machine.metric_succeeded(period=PERIOD, statistic="Sum", label="ExecutionsSucceeded")
+        failed = state_machine.metric_failed(period=PERIOD, statistic="Sum", label="ExecutionsFailed")
+        aborted = state_machine.metric_aborted(period=PERIOD, statistic="Sum")
+        timed_out = state_machine.metric_timed_out(period=PERIOD, statistic="Sum")
+        # Step Functions publishes no per-machine count of running executions: started minus finished,
+        # summed from the left edge of the graph, approximates it (rounds already running there are missed).
+        in_progress = cw.MathExpression(
+            expression="RUNNING_SUM(FILL(s, 0) - FILL(ok, 0) - FILL(f, 0) - FILL(a, 0) - FILL(t, 0))",
+            using_metrics={"s": started, "ok": succeeded, "f": failed, "a": aborted, "t": timed_out},
+            label="~ in progress (started - finished since the left edge of the graph)",
+            period=PERIOD,
+        )
+        return cw.GraphWidget(
+            title="Rounds",
+            left=[started, succeeded, failed],
+            right=[in_progress],
+            width=WIDTH,
+            height=6,
+        )

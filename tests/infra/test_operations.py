@@ -1,0 +1,306 @@
+"""The operators' view and control: REST API, notifications topic, dashboard and alarms, audit queries."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+import pytest
+from aws_cdk.assertions import Template
+
+from deephealth.domain.policy import ConfigError
+from infra.audit_queries import NAMES as QUERY_NAMES
+from infra.controller_config import NOTIFICATION_EMAIL_KEY
+from infra.controller_functions import FUNCTIONS
+from infra.operations_dashboard import BAD_INPUT_METRICS, RECOVERY_METRICS, VERDICTS
+from infra.operator_api import ROUTES
+from infra.stack import HyperPodDhcStack
+from tests.infra import synth
+from tests.infra.test_stack import as_list, function_statements, functions, render, resources
+
+EXPECTED_ROUTES = {
+    ("GET", "/clusters"),
+    ("GET", "/clusters/{cluster}/groups"),
+    ("GET", "/clusters/{cluster}/nodes"),
+    ("GET", "/clusters/{cluster}/nodes/{node}"),
+    ("POST", "/clusters/{cluster}/checks"),
+}
+
+
+def one(template_json: dict[str, Any], type_: str) -> tuple[str, dict[str, Any]]:
+    ((lid, res),) = resources(template_json, type_).items()
+    return lid, res["Properties"]
+
+
+def method_paths(template_json: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(HTTP method, resource path) -> properties of every AWS::ApiGateway::Method."""
+    api, _ = one(template_json, "AWS::ApiGateway::RestApi")
+    api_resources = resources(template_json, "AWS::ApiGateway::Resource")
+
+    def path(resource_id: Any) -> str:
+        if resource_id == {"Fn::GetAtt": [api, "RootResourceId"]}:
+            return ""
+        props = api_resources[resource_id["Ref"]]["Properties"]
+        return f"{path(props['ParentId'])}/{props['PathPart']}"
+
+    return {
+        (props["HttpMethod"], path(props["ResourceId"]) or "/"): props
+        for props in (m["Properties"] for m in resources(template_json, "AWS::ApiGateway::Method").values())
+    }
+
+
+def synth_with(context: dict[str, Any]) -> dict[str, Any]:
+    return Template.from_stack(HyperPodDhcStack(synth.app(context), synth.STACK_ID)).to_json()
+
+
+# ---------------------------------------------------------------- operator API
+
+
+def test_routes_are_exactly_the_five_operator_routes(template_json: dict[str, Any]) -> None:
+    assert set(ROUTES) == EXPECTED_ROUTES
+    assert set(method_paths(template_json)) == EXPECTED_ROUTES
+
+
+def test_every_method_is_iam_authorized_lambda_proxy(template_json: dict[str, Any]) -> None:
+    api_function = next(lid for lid, res in resources(template_json, "AWS::Lambda::Function").items()
+                        if res["Properties"]["Handler"] == FUNCTIONS["Api"].handler)  # fmt: skip
+    methods = resources(template_json, "AWS::ApiGateway::Method")
+    assert len(methods) == len(EXPECTED_ROUTES)
+    for lid, method in methods.items():
+        props = method["Properties"]
+        assert props["AuthorizationType"] == "AWS_IAM", lid
+        assert props["Integration"]["Type"] == "AWS_PROXY", lid
+        assert f"<{api_function}.Arn>" in render(props["Integration"]["Uri"]), lid
+
+
+def test_api_gateway_may_invoke_the_api_function_only_per_route_of_the_stage(template_json: dict[str, Any]) -> None:
+    api, _ = one(template_json, "AWS::ApiGateway::RestApi")
+    stage, _ = one(template_json, "AWS::ApiGateway::Stage")
+    sources = {
+        render(p["Properties"]["SourceArn"]).split(f":<{api}>/<{stage}>/", 1)[1]
+        for p in resources(template_json, "AWS::Lambda::Permission").values()
+        if p["Properties"]["Principal"] == "apigateway.amazonaws.com"
+    }  # no test-invoke permissions (they would name no stage)
+    assert sources == {method + re.sub(r"\{\w+\}", "*", path) for method, path in EXPECTED_ROUTES}
+
+
+def test_stage_v1_logs_traces_and_throttles(template_json: dict[str, Any]) -> None:
+    _, stage = one(template_json, "AWS::ApiGateway::Stage")
+    assert stage["StageName"] == "v1"
+    assert stage["TracingEnabled"] is True
+    (settings,) = stage["MethodSettings"]
+    assert settings["ResourcePath"] == "/*" and settings["HttpMethod"] == "*"
+    assert settings["LoggingLevel"] == "ERROR" and settings["DataTraceEnabled"] is False
+    assert (settings["ThrottlingRateLimit"], settings["ThrottlingBurstLimit"]) == (20, 40)
+    access = stage["AccessLogSetting"]
+    group = re.search(r"log-group:<(\w+)>", render(access["DestinationArn"])).group(1)
+    days = synth.cdk_context()["hyperpod-dhc"]["log_retention_days"]
+    assert template_json["Resources"][group]["Properties"]["RetentionInDays"] == days
+    fields = json.loads(access["Format"].replace("$context.error.messageString", '"x"'))
+    assert {"requestId", "status", "userArn", "resourcePath", "httpMethod"} <= set(fields)
+    assert not resources(template_json, "AWS::ApiGateway::Account")  # the account-wide role is not ours
+
+
+def test_api_outputs(template_json: dict[str, Any]) -> None:
+    api, _ = one(template_json, "AWS::ApiGateway::RestApi")
+    stage, _ = one(template_json, "AWS::ApiGateway::Stage")
+    outputs = template_json["Outputs"]
+    assert outputs["ApiId"]["Value"] == {"Ref": api}
+    endpoint = render(outputs["ApiEndpoint"]["Value"])
+    assert endpoint.startswith(f"https://<{api}>.execute-api.") and endpoint.endswith(f"/<{stage}>/")
+    assert not [name for name in outputs if name.startswith("OperatorApi")]  # RestApi's own output is removed
+
+
+# ---------------------------------------------------------------- notifications
+
+
+def test_topic_is_encrypted_with_a_rotating_customer_key(template_json: dict[str, Any]) -> None:
+    key, key_props = one(template_json, "AWS::KMS::Key")
+    _, topic = one(template_json, "AWS::SNS::Topic")
+    assert topic["KmsMasterKeyId"] == {"Fn::GetAtt": [key, "Arn"]}
+    assert key_props["EnableKeyRotation"] is True
+    services = {
+        s["Principal"]["Service"]: s for s in key_props["KeyPolicy"]["Statement"] if "Service" in s.get("Principal", {})
+    }
+    assert set(services) == {"cloudwatch.amazonaws.com", "sns.amazonaws.com"}
+    for statement in services.values():
+        assert set(as_list(statement["Action"])) == {"kms:Decrypt", "kms:GenerateDataKey*"}
+        topic_arn = render(statement["Condition"]["StringEquals"]["kms:EncryptionContext:aws:sns:topicArn"])
+        assert topic_arn.endswith(":HyperPodDhc-notifications") and topic["TopicName"] == "HyperPodDhc-notifications"
+
+
+def test_topic_denies_plain_http_and_lets_only_this_stacks_alarms_publish(template_json: dict[str, Any]) -> None:
+    topic, _ = one(template_json, "AWS::SNS::Topic")
+    _, policy = one(template_json, "AWS::SNS::TopicPolicy")
+    assert policy["Topics"] == [{"Ref": topic}]
+    statements = policy["PolicyDocument"]["Statement"]
+    assert any(
+        s["Effect"] == "Deny" and s["Condition"] == {"Bool": {"aws:SecureTransport": "false"}} for s in statements
+    )
+    (alarms,) = [s for s in statements if s["Effect"] == "Allow"]
+    assert alarms["Principal"] == {"Service": "cloudwatch.amazonaws.com"} and alarms["Action"] == "sns:Publish"
+    assert render(alarms["Condition"]["ArnLike"]["aws:SourceArn"]).endswith(":alarm:HyperPodDhc-*")
+
+
+def test_every_function_may_publish_and_knows_the_topic(template_json: dict[str, Any]) -> None:
+    topic, _ = one(template_json, "AWS::SNS::Topic")
+    key, _ = one(template_json, "AWS::KMS::Key")
+    assert template_json["Outputs"]["NotificationsTopicArn"]["Value"] == {"Ref": topic}
+    for name, props in functions(template_json).items():
+        assert props["Environment"]["Variables"]["NOTIFICATIONS_TOPIC_ARN"] == {"Ref": topic}, name
+        granted = {
+            (a, render(r))
+            for s in function_statements(template_json, name)
+            for a in as_list(s["Action"])
+            if a.startswith(("sns:", "kms:"))
+            for r in as_list(s["Resource"])
+        }
+        key_arn = f"<{key}.Arn>"
+        assert granted == {("sns:Publish", f"<{topic}>"), ("kms:GenerateDataKey", key_arn), ("kms:Decrypt", key_arn)}
+
+
+def test_no_email_subscription_without_the_context_key(template_json: dict[str, Any]) -> None:
+    assert NOTIFICATION_EMAIL_KEY not in synth.cdk_context()
+    assert not resources(template_json, "AWS::SNS::Subscription")
+
+
+def test_email_subscription_when_the_context_key_is_set() -> None:
+    template_json = synth_with({NOTIFICATION_EMAIL_KEY: "hpc-oncall@example.com"})
+    topic, _ = one(template_json, "AWS::SNS::Topic")
+    _, subscription = one(template_json, "AWS::SNS::Subscription")
+    assert subscription == {"Protocol": "email", "Endpoint": "hpc-oncall@example.com", "TopicArn": {"Ref": topic}}
+
+
+@pytest.mark.parametrize("bad", ["oncall", "oncall@example", "on call@example.com", "a@b@example.com", 42])
+def test_bad_notification_email_fails_synth_naming_the_key(bad: Any) -> None:
+    with pytest.raises(ConfigError, match=re.escape(NOTIFICATION_EMAIL_KEY)):
+        HyperPodDhcStack(synth.app({NOTIFICATION_EMAIL_KEY: bad}), synth.STACK_ID)
+
+
+# ---------------------------------------------------------------- dashboard and alarms
+
+
+def dashboard_body(template_json: dict[str, Any]) -> tuple[str, str]:
+    _, dashboard = one(template_json, "AWS::CloudWatch::Dashboard")
+    return dashboard["DashboardName"], render(dashboard["DashboardBody"])
+
+
+def controller_metrics(body: str) -> set[tuple[str, frozenset[tuple[str, str]]]]:
+    """(metric name, dimensions) of every HyperPodDHC metric on the dashboard."""
+    widgets = json.loads(re.sub(r"<[\w.:]+>", "x", body))["widgets"]
+    out = set()
+    for widget in widgets:
+        for line in widget["properties"].get("metrics", []):
+            parts = [p for p in line if isinstance(p, str)]
+            if parts and parts[0] == "HyperPodDHC":
+                dims = parts[2:]
+                out.add((parts[1], frozenset(zip(dims[::2], dims[1::2], strict=True))))
+    return out
+
+
+SERVICE = ("service", "hyperpod-dhc")
+
+
+def test_dashboard_shows_every_controller_metric(template_json: dict[str, Any]) -> None:
+    name, body = dashboard_body(template_json)
+    assert name == "HyperPodDhc-operations"
+    shown = controller_metrics(body)
+    metrics = [
+        "NodesChecked",
+        *(f"Verdict_{v}" for v in VERDICTS),
+        *RECOVERY_METRICS,
+        "NodesQuarantined",
+        "ReadyToVerdictSeconds",
+        *BAD_INPUT_METRICS,
+        "Throttled",
+    ]
+    assert set(VERDICTS) == {"passed", "failed", "replaced-by-hyperpod", "skipped", "inconclusive", "gone"}
+    for metric in metrics:
+        assert (metric, frozenset({SERVICE})) in shown, metric
+    assert {dims for _, dims in shown} == {frozenset({SERVICE})}  # clusters: "all" has no per-cluster rows
+    for metric in ("ExecutionsStarted", "ExecutionsSucceeded", "ExecutionsFailed", "RUNNING_SUM"):
+        assert metric in body, metric
+    assert body.count('"ApproximateNumberOfMessagesVisible"') == len(resources(template_json, "AWS::SQS::Queue"))
+    assert body.count('"Throttles"') == len(FUNCTIONS)
+    assert '"p50"' in body and '"p95"' in body
+
+
+def test_named_clusters_get_a_row_each(scoped_template_json: dict[str, Any]) -> None:
+    _, body = dashboard_body(scoped_template_json)
+    shown = controller_metrics(body)
+    node_metrics = ["NodesChecked", *(f"Verdict_{v}" for v in VERDICTS), *RECOVERY_METRICS, "NodesQuarantined"]
+    for cluster in ("train-a", "train-b"):
+        for metric in [*node_metrics, "ReadyToVerdictSeconds"]:
+            assert (metric, frozenset({SERVICE, ("cluster", cluster)})) in shown, (cluster, metric)
+
+
+def alarms_by_metric(template_json: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for alarm in resources(template_json, "AWS::CloudWatch::Alarm").values():
+        props = alarm["Properties"]
+        metric = props.get("MetricName") or props["Metrics"][0]["MetricStat"]["Metric"]["MetricName"]
+        out.setdefault(metric, []).append(props)
+    return out
+
+
+def test_four_alarm_kinds_notify_the_topic(template_json: dict[str, Any]) -> None:
+    topic, _ = one(template_json, "AWS::SNS::Topic")
+    alarms = alarms_by_metric(template_json)
+    queues = resources(template_json, "AWS::SQS::Queue")
+    assert {k: len(v) for k, v in alarms.items()} == {
+        "ExecutionsFailed": 1,
+        "ApproximateNumberOfMessagesVisible": len(queues),
+        "Throttled": 1,
+        "NodesQuarantined": 1,
+    }
+    thresholds = {
+        "ExecutionsFailed": 1,
+        "ApproximateNumberOfMessagesVisible": 1,
+        "Throttled": 10,
+        "NodesQuarantined": 1,
+    }
+    for metric, found in alarms.items():
+        for props in found:
+            assert props["AlarmActions"] == [{"Ref": topic}], metric
+            assert props["TreatMissingData"] == "notBreaching", metric
+            assert props["ComparisonOperator"] == "GreaterThanOrEqualToThreshold", metric
+            assert props["Threshold"] == thresholds[metric], metric
+            assert props["EvaluationPeriods"] == 1, metric
+            assert props["AlarmName"].startswith("HyperPodDhc-"), metric  # the topic policy's SourceArn
+    watched = {
+        props["Metrics"][0]["MetricStat"]["Metric"]["Dimensions"][0]["Value"]["Fn::GetAtt"][0]
+        for props in alarms["ApproximateNumberOfMessagesVisible"]
+    }
+    assert watched == set(queues)
+    (throttled,) = alarms["Throttled"]
+    stat = throttled["Metrics"][0]["MetricStat"]
+    assert (stat["Period"], stat["Stat"]) == (300, "Sum")
+    assert stat["Metric"]["Namespace"] == "HyperPodDHC"
+
+
+# ---------------------------------------------------------------- audit queries
+
+
+def test_saved_queries_cover_every_controller_log_group(template_json: dict[str, Any]) -> None:
+    definitions = resources(template_json, "AWS::Logs::QueryDefinition").values()
+    queries = {q["Properties"]["Name"]: q["Properties"] for q in definitions}
+    assert (
+        set(queries)
+        == {
+            "hyperpod-dhc/history of one node",
+            "hyperpod-dhc/recovery actions",
+            "hyperpod-dhc/every decision of one round",
+        }
+        == set(QUERY_NAMES.values())
+    )
+    function_logs = sorted(props["LoggingConfig"]["LogGroup"]["Ref"] for props in functions(template_json).values())
+    assert len(function_logs) == len(FUNCTIONS)
+    for name, query in queries.items():
+        assert sorted(g["Ref"] for g in query["LogGroupNames"]) == function_logs, name
+        assert '| filter message = "decision"' in query["QueryString"], name
+    assert 'decision.node = "<node>"' in queries["hyperpod-dhc/history of one node"]["QueryString"]
+    assert "sort @timestamp asc" in queries["hyperpod-dhc/history of one node"]["QueryString"]
+    recovery = queries["hyperpod-dhc/recovery actions"]["QueryString"]
+    assert all(f'"{a}"' in recovery for a in ("reboot", "replace", "hyperpod", "recovering", "quarantined"))
+    assert 'correlation_id = "<round-id>"' in queries["hyperpod-dhc/every decision of one round"]["QueryString"]

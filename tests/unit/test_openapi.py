@@ -1,0 +1,18 @@
+import os
+from unittest import mock
+
+from tests.twin.cli import REPO_ROOT
+
+ENV = {
+    "TABLE_NAME": "-",
+    "CONFIG_PARAMETER_NAME": "-",
+    "ROUND_STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:-",
+}
+
+
+def test_committed_openapi_document_matches_the_routes():
+    with mock.patch.dict(os.environ, ENV):
+        from deephealth.handlers.api import openapi_json
+
+        generated = openapi_json()
+    assert (REPO_ROOT / "docs" / "openapi.json").read_text() == generated, "run `make openapi`"
