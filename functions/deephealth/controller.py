@@ -19,7 +19,7 @@ from deephealth.domain.errors import ClusterNotFound, LeaseLost, StaleRecord
 from deephealth.domain.events import ClusterSignal, Ignored, NodeSignal
 from deephealth.domain.nodes import IN_PROGRESS, RUNNING, Action, Decision, NodeRecord, NodeState, Verdict, transition
 from deephealth.domain.observe import GroupContext, Observation, close_out, mark_unhealthy, observe
-from deephealth.domain.on_demand import JOBS_NOTE, CheckRequest, find, request_checks
+from deephealth.domain.on_demand import JOBS_NOTE, CheckRequest, due_for_revalidation, find, request_checks
 from deephealth.domain.policy import ControllerConfig
 from deephealth.domain.recovery import action_refused, action_started, due_action, plan_recovery
 from deephealth.domain.rounds import (
@@ -34,7 +34,7 @@ from deephealth.domain.rounds import (
     select_for_round,
 )
 from deephealth.domain.views import group_views, node_detail, node_summary, state_counts
-from deephealth.observability import MetricUnit, logger, metrics
+from deephealth.observability import MetricUnit, logger, metrics, node_metric
 
 CLOSING_STATUSES = frozenset({"Deleting", "Failed"})
 MAX_POLLS = 2000  # a hard stop far beyond any check timeout, in case the clock misbehaves
@@ -137,6 +137,19 @@ class Controller:
             return self.close_cluster(cluster, "cluster not found", trigger)
         if view.info.status in CLOSING_STATUSES:
             return self.close_cluster(cluster, f"cluster {view.info.status}", trigger)
+        stale = due_for_revalidation(view.records, view.groups, self.clock())
+        if stale:  # the same path as an operator's on-demand request
+            queued, _ = request_checks(
+                view.records,
+                view.groups,
+                group_names=[],
+                nodes=stale,
+                checks=None,
+                now=self.clock(),
+                trigger="revalidation",
+            )
+            for saved in self._save(queued):
+                view.records[saved.key] = saved
         if self._has_work(view):
             self._start_round(cluster)
         states = Counter(r.state.value for r in view.records.values())
@@ -333,7 +346,7 @@ class Controller:
             ],
             audit=False,
         )
-        metrics.add_metric(name="NodesChecked", unit=MetricUnit.Count, value=len(ready) + len(already))
+        node_metric("NodesChecked", state.cluster, len(ready) + len(already))
         expected = expected_check_s(configs)
         interval = min((g.policy.poll_interval_s for g in view.groups.values()), default=60)
         wait = next_wait(now, now, expected, interval, awaiting_start=True) if configs else 0
@@ -526,11 +539,7 @@ class Controller:
             if not o.ok and o.key in by_key
         ]
         self._save(refused)
-        metrics.add_metric(
-            name=f"{action.value.capitalize()}Requests",
-            unit=MetricUnit.Count,
-            value=len(owned) - len(refused),
-        )
+        node_metric(f"{action.value.capitalize()}Requests", info.name, len(owned) - len(refused))
 
     def _announce_round(self, round_id: str, state: RoundState, records: Iterable[NodeRecord]) -> None:
         """One round-finished message per instance group the round touched, with where its nodes ended."""
@@ -558,13 +567,13 @@ class Controller:
             "attempts": record.attempts,
         }
         if decision.verdict is not None:
-            metrics.add_metric(name=f"Verdict_{decision.verdict.value}", unit=MetricUnit.Count, value=1)
+            node_metric(f"Verdict_{decision.verdict.value}", record.cluster)
             if record.ready_at is not None and record.verdict_at is not None:
-                metrics.add_metric(
-                    name="ReadyToVerdictSeconds", unit=MetricUnit.Seconds, value=record.verdict_at - record.ready_at
+                node_metric(
+                    "ReadyToVerdictSeconds", record.cluster, record.verdict_at - record.ready_at, MetricUnit.Seconds
                 )
             if decision.to_state == NodeState.PASSED and record.attempts:
-                metrics.add_metric(name="NodesRecovered", unit=MetricUnit.Count, value=1)
+                node_metric("NodesRecovered", record.cluster)
                 self.notifier.publish(
                     "node-recovered", record.cluster, record.group, f"hyperpod-dhc: {record.key} recovered", detail
                 )
@@ -577,7 +586,7 @@ class Controller:
                     detail,
                 )
         if decision.to_state == NodeState.QUARANTINED and decision.from_state != NodeState.QUARANTINED:
-            metrics.add_metric(name="NodesQuarantined", unit=MetricUnit.Count, value=1)
+            node_metric("NodesQuarantined", record.cluster)
             self.notifier.publish(
                 "node-quarantined", record.cluster, record.group, f"hyperpod-dhc: {record.key} quarantined", detail
             )

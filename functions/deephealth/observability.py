@@ -4,10 +4,21 @@ No Powertools Tracer: importing aws_xray_sdk costs ~370 ms of cold start, and La
 already records each invocation.
 """
 
-from aws_lambda_powertools import Logger, Metrics
+import os
+
+from aws_lambda_powertools import Logger, Metrics, single_metric
 from aws_lambda_powertools.metrics import MetricUnit
 
 logger = Logger()
 metrics = Metrics()
 
-__all__ = ["MetricUnit", "logger", "metrics"]
+
+def node_metric(name: str, cluster: str, value: float = 1, unit: MetricUnit = MetricUnit.Count) -> None:
+    """A node metric, stack-wide (`service`) and per cluster (`service`, `cluster`) for the dashboard's rows."""
+    metrics.add_metric(name=name, unit=unit, value=value)
+    service = os.environ.get("POWERTOOLS_SERVICE_NAME", "hyperpod-dhc")
+    with single_metric(name=name, unit=unit, value=value, default_dimensions={"service": service, "cluster": cluster}):
+        pass
+
+
+__all__ = ["MetricUnit", "logger", "metrics", "node_metric"]

@@ -25,7 +25,8 @@ SHOWN_STATES = (
 )
 
 
-def run(args: argparse.Namespace, out: TextIO = sys.stdout) -> int:
+def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
+    out = out or sys.stdout
     try:
         client = OperatorClient(args.endpoint, args.profile, args.region, args.stack)
         if args.command == "status":

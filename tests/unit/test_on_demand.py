@@ -112,3 +112,21 @@ def test_group_view_progress_and_gpu_hours():
     (view,) = group_views([checked, rec("n2", NodeState.PENDING)], live_round=None)
     assert view["progress"] == {"checked": 1, "total": 2} and view["gpu_hours_in_checks"] == 8.0
     assert view["states"]["passed"] == 1 and view["states"]["pending"] == 1
+
+
+def test_periodic_revalidation_picks_stale_passed_nodes_only_when_configured():
+    from deephealth.domain.on_demand import due_for_revalidation
+
+    day = 86400.0
+    groups = {"gpu": GroupContext(GroupPolicy(revalidate_every_days=7)), "off": GroupContext(GroupPolicy())}
+    records = {
+        r.key: r
+        for r in [
+            rec("n1", NodeState.PASSED, verdict_at=0.0),
+            rec("n2", NodeState.PASSED, verdict_at=5 * day),
+            rec("n3", NodeState.FAILED, verdict_at=0.0),
+            rec("n4", NodeState.PASSED, group="off", verdict_at=0.0),
+        ]
+    }
+    assert due_for_revalidation(records, groups, now=8 * day) == ["n1"]
+    assert due_for_revalidation(records, {"gpu": GroupContext(GroupPolicy())}, now=100 * day) == []

@@ -126,6 +126,7 @@ class Decision(BaseModel):
     verdict: Verdict | None = None
     evidence: list[str] = Field(default_factory=list)
     action: Action | None = None
+    trigger: str | None = None  # what caused it: an event id, a round id, "reconcile" or an API request
 
 
 def transition(
@@ -163,6 +164,7 @@ def transition(
         verdict=updated.verdict if "verdict" in changes else None,
         evidence=updated.evidence if "evidence" in changes else [],
         action=updated.action if "action" in changes else None,
+        trigger=trigger,
     )
     return updated, decision
 

@@ -125,3 +125,14 @@ def request_checks(
                 )
             )
     return queued, refused
+
+
+def due_for_revalidation(records: dict[str, NodeRecord], groups: dict[str, GroupContext], now: float) -> list[str]:
+    """Passed nodes whose group asks for periodic re-validation and whose verdict is older than that."""
+    due = []
+    for r in records.values():
+        ctx = groups.get(r.group)
+        days = ctx.policy.revalidate_every_days if ctx else None
+        if days and r.state == NodeState.PASSED and r.verdict_at is not None and r.verdict_at <= now - days * 86400:
+            due.append(r.key)
+    return sorted(due)

@@ -47,6 +47,8 @@ class GroupPolicy(_Strict):
     poll_interval_s: Annotated[int, Field(ge=30, le=3600)] = 60
     check_timeout_s: Annotated[int, Field(ge=600, le=6 * 3600)] = 3 * 3600
     recovery_grace_s: Annotated[int, Field(ge=0, le=6 * 3600)] = 1800  # wait for HyperPod's own recovery
+    # Re-check passed nodes whose last verdict is older than this (idle nodes go stale); off by default.
+    revalidate_every_days: Annotated[int, Field(ge=1, le=365)] | None = None
 
     @field_validator("checks")
     @classmethod
@@ -70,6 +72,7 @@ class PolicyOverride(_Strict):
     poll_interval_s: Annotated[int, Field(ge=30, le=3600)] | None = None
     check_timeout_s: Annotated[int, Field(ge=600, le=6 * 3600)] | None = None
     recovery_grace_s: Annotated[int, Field(ge=0, le=6 * 3600)] | None = None
+    revalidate_every_days: Annotated[int, Field(ge=1, le=365)] | None = None
 
 
 class ControllerConfig(_Strict):
