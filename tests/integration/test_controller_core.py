@@ -140,3 +140,19 @@ def test_on_start_group_is_observed_without_a_duplicate_check(harness, fake):
     records = harness.records("demo")
     assert all(records[lid].state == NodeState.PASSED for lid in lids[1:])
     assert all(any("on-start" in h.reason for h in records[lid].history) for lid in lids[1:])
+
+
+@pytest.mark.controller_config({"clusters": ["demo"], "defaults": {"gather_window_s": 0}})
+def test_a_round_stopped_mid_check_is_moved_past_and_its_nodes_still_get_verdicts(harness, fake):
+    fake.create_cluster("demo", [GroupSpec("workers", count=3)])
+
+    def stop_the_round():
+        (execution,) = harness.running()
+        harness.sfn.stop_execution(executionArn=execution["executionArn"], cause="operator stopped it")
+
+    harness.when(lambda: fake.cluster("demo").check is not None and harness.running(), stop_the_round)
+    # Well within the dead round's 6-hour lease: the reconciler must not wait for it to expire.
+    harness.run_until(lambda: _all_final(harness, "demo", 3), horizon_s=3 * 3600)
+    assert {r.state for r in harness.records("demo").values()} == {NodeState.PASSED}
+    statuses = {e["name"]: e["status"] for e in harness.executions()}
+    assert statuses["demo-r000000"] == "ABORTED", statuses

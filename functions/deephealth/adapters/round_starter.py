@@ -33,18 +33,27 @@ class RoundStarter:
             meta = self._table.round_meta(cluster)
             seq = meta.seq
             name = round_name(cluster, seq)
-            if meta.holder == name and meta.lease_expires_at > clock.now():
+            held = meta.holder == name and meta.lease_expires_at > clock.now()
+            if not held:
+                payload = json.dumps({"cluster": cluster, "round_seq": seq}, sort_keys=True)
+                try:
+                    self.sfn.start_execution(stateMachineArn=self._arn, name=name, input=payload)
+                    return name
+                except ClientError as err:
+                    if err.response["Error"]["Code"] != "ExecutionAlreadyExists":
+                        raise
+            if self._running(name):
                 return name  # live: its Finish round starts the next one if nodes are waiting
-            payload = json.dumps({"cluster": cluster, "round_seq": seq}, sort_keys=True)
-            try:
-                self.sfn.start_execution(stateMachineArn=self._arn, name=name, input=payload)
-                return name
-            except ClientError as err:
-                if err.response["Error"]["Code"] != "ExecutionAlreadyExists":
-                    raise
-            execution_arn = self._arn.replace(":stateMachine:", ":execution:") + ":" + name
-            if self.sfn.describe_execution(executionArn=execution_arn)["status"] == "RUNNING":
-                return name
+            # Ended without releasing its lease (stopped, timed out, redeployed): move past it.
             if self._table.round_meta(cluster).seq == seq:
                 self._table.skip_round(cluster, seq)
         return None
+
+    def _running(self, name: str) -> bool:
+        execution_arn = self._arn.replace(":stateMachine:", ":execution:") + ":" + name
+        try:
+            return self.sfn.describe_execution(executionArn=execution_arn)["status"] == "RUNNING"
+        except ClientError as err:
+            if err.response["Error"]["Code"] == "ExecutionDoesNotExist":
+                return False
+            raise
