@@ -128,11 +128,11 @@ class Controller:
 
     def reconcile_cluster(self, cluster: str, trigger: str) -> str:
         meta = self.table.round_meta(cluster)
-        if trigger == "reconcile" and meta.holder and meta.lease_expires_at > self.clock():
-            # A live round observes this cluster on every poll, and its Claim round observes it fresh. The
-            # starter checks that round really runs, and moves past it if it died holding the lease.
-            if self.starter is None or self.starter.ensure_round(cluster) == meta.holder:
-                return f"round {meta.holder} is live; its polls observe the cluster"
+        # A live round observes this cluster on every poll, and its Claim round observes it fresh. The starter
+        # checks that round really runs, and moves past it if it died holding the lease.
+        live = trigger == "reconcile" and meta.holder and meta.lease_expires_at > self.clock()
+        if live and (self.starter is None or self.starter.ensure_round(cluster) == meta.holder):
+            return f"round {meta.holder} is live; its polls observe the cluster"
         try:
             view = self.observe_cluster(cluster, trigger, fresh=True)
         except ClusterNotFound:
