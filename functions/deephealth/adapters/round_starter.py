@@ -14,7 +14,11 @@ from botocore.exceptions import ClientError
 
 from deephealth.adapters import aws, clock
 from deephealth.adapters.node_table import NodeTable
-from deephealth.domain.rounds import round_name
+from deephealth.domain.rounds import LEASE_TTL_S, MAX_WAIT_S, round_name
+
+# Every step of a live round renews its lease, and no step is further apart than the longest Wait; a lease
+# not renewed for longer than that may belong to a round that died, so then Step Functions is asked.
+STALE_AFTER_S = MAX_WAIT_S + 15 * 60
 
 
 class RoundStarter:
@@ -33,7 +37,10 @@ class RoundStarter:
             meta = self._table.round_meta(cluster)
             seq = meta.seq
             name = round_name(cluster, seq)
-            held = meta.holder == name and meta.lease_expires_at > clock.now()
+            now = clock.now()
+            held = meta.holder == name and meta.lease_expires_at > now
+            if held and now - (meta.lease_expires_at - LEASE_TTL_S) < STALE_AFTER_S:
+                return name  # renewed recently, so running: no need to ask Step Functions
             if not held:
                 payload = json.dumps({"cluster": cluster, "round_seq": seq}, sort_keys=True)
                 try:
