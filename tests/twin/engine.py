@@ -51,7 +51,6 @@ class Harness:
         self._next_reconcile = self.clock.now() + self.reconcile_every_s
         self.delivered: list[dict] = []
         self.unmatched: list[dict] = []
-        self.intake_results: list[dict] = []
         self._stack: list[Any] = []
         self.retry_back_offs: list[float] = []  # seconds of every ASL Retry back-off, in order
         self._triggers: list[tuple[Callable[[], bool], Callable[[], None]]] = []
@@ -197,7 +196,7 @@ class Harness:
         """An EventBridge event: to Intake if any synthesized rule pattern matches it (as in AWS)."""
         if any(p.matches_event(event) for p in self.patterns):
             self.delivered.append(event)
-            self.intake_results.append(self.invoke(self.intake_arn, event))
+            self.invoke(self.intake_arn, event)
         else:
             self.unmatched.append(event)
 

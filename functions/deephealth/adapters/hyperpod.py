@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -57,7 +57,7 @@ class ActionOutcome:
     message: str = ""
 
 
-def _raise_mapped(err: ClientError | BotoCoreError, busy_ok: bool = False) -> None:
+def _raise_mapped(err: ClientError | BotoCoreError, busy_ok: bool = False) -> NoReturn:
     if isinstance(err, BotoCoreError):
         raise TransientError(str(err)) from err
     code = err.response.get("Error", {}).get("Code", "")
@@ -118,7 +118,6 @@ class HyperPod:
             ]
         except (ClientError, BotoCoreError) as err:
             _raise_mapped(err)
-        return []
 
     def list_nodes(self, cluster: str) -> list[NodeSnapshot]:
         """Every node of the cluster, provisioning ones included, in one paginated pass."""
@@ -129,7 +128,6 @@ class HyperPod:
             return [_snapshot(s) for p in pages for s in p.get("ClusterNodeSummaries", [])]
         except (ClientError, BotoCoreError) as err:
             _raise_mapped(err)
-        return []
 
     def describe_node(self, cluster: str, logical_id: str | None, instance_id: str | None) -> NodeSnapshot | None:
         params = {"NodeLogicalId": logical_id} if logical_id else {"NodeId": instance_id}

@@ -112,29 +112,34 @@ class NodeTable:
 
     def acquire_lease(self, cluster: str, seq: int, holder: str, now: float, ttl_s: float) -> bool:
         """Take (or renew) the cluster's lease for round `seq`; False if another round holds it."""
-        seq_ok = Attr("seq").eq(seq) if seq else (Attr("seq").not_exists() | Attr("seq").eq(0))
         free = Attr("holder").not_exists() | Attr("holder").eq(holder) | Attr("lease_expires_at").lt(int(now))
-        try:
-            self.t.update_item(
-                Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
-                UpdateExpression="SET holder = :h, lease_expires_at = :exp, seq = if_not_exists(seq, :seq)",
-                ConditionExpression=seq_ok & free,
-                ExpressionAttributeValues={":h": holder, ":exp": int(now + ttl_s), ":seq": seq},
-            )
-            return True
-        except ClientError as err:
-            if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return False
-            raise
+        return self._update_round(
+            cluster,
+            "SET holder = :h, lease_expires_at = :exp, seq = if_not_exists(seq, :seq)",
+            _seq_is(seq) & free,
+            {":h": holder, ":exp": int(now + ttl_s), ":seq": seq},
+        )
 
     def release_lease(self, cluster: str, holder: str) -> bool:
         """Release the lease and advance the round sequence; False if `holder` no longer held it."""
+        return self._update_round(
+            cluster, "SET seq = seq + :one REMOVE holder, lease_expires_at", Attr("holder").eq(holder), {":one": 1}
+        )
+
+    def skip_round(self, cluster: str, seq: int) -> bool:
+        """Advance past round `seq` whose execution ended without releasing (stopped, timed out)."""
+        return self._update_round(
+            cluster, "SET seq = :next REMOVE holder, lease_expires_at", _seq_is(seq), {":next": seq + 1}
+        )
+
+    def _update_round(self, cluster: str, update: str, condition: Any, values: dict[str, Any]) -> bool:
+        """One conditional write of the round item; False when the condition does not hold."""
         try:
             self.t.update_item(
                 Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
-                UpdateExpression="SET seq = seq + :one REMOVE holder, lease_expires_at",
-                ConditionExpression=Attr("holder").eq(holder),
-                ExpressionAttributeValues={":one": 1},
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                ExpressionAttributeValues=values,
             )
             return True
         except ClientError as err:
@@ -142,21 +147,10 @@ class NodeTable:
                 return False
             raise
 
-    def skip_round(self, cluster: str, seq: int) -> bool:
-        """Advance past round `seq` whose execution ended without releasing (stopped, timed out)."""
-        seq_ok = Attr("seq").eq(seq) if seq else (Attr("seq").not_exists() | Attr("seq").eq(0))
-        try:
-            self.t.update_item(
-                Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
-                UpdateExpression="SET seq = :next REMOVE holder, lease_expires_at",
-                ConditionExpression=seq_ok,
-                ExpressionAttributeValues={":next": seq + 1},
-            )
-            return True
-        except ClientError as err:
-            if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return False
-            raise
+
+def _seq_is(seq: int) -> Any:
+    """The round item is at sequence `seq` (a cluster's first round has no item yet)."""
+    return Attr("seq").eq(seq) if seq else (Attr("seq").not_exists() | Attr("seq").eq(0))
 
 
 def _record(item: dict) -> NodeRecord:
