@@ -21,7 +21,7 @@ from deephealth.domain.nodes import IN_PROGRESS, RUNNING, Action, Decision, Node
 from deephealth.domain.observe import GroupContext, Observation, close_out, mark_unhealthy, observe
 from deephealth.domain.on_demand import JOBS_NOTE, CheckRequest, due_for_revalidation, find, request_checks
 from deephealth.domain.policy import ControllerConfig
-from deephealth.domain.recovery import action_refused, action_started, due_action, plan_recovery
+from deephealth.domain.recovery import action_refused, action_started
 from deephealth.domain.rounds import (
     LEASE_TTL_S,
     RoundState,
@@ -32,6 +32,16 @@ from deephealth.domain.rounds import (
     next_wait,
     round_name,
     select_for_round,
+)
+from deephealth.domain.safety import (
+    STICKY_HOLDS,
+    Alert,
+    admit_to_round,
+    budget_use,
+    failure_counts,
+    gate_recovery,
+    release_holds,
+    reset,
 )
 from deephealth.domain.views import group_views, node_detail, node_summary, state_counts
 from deephealth.observability import MetricUnit, logger, metrics, node_metric
@@ -266,6 +276,81 @@ class Controller:
             "note": JOBS_NOTE,
         }
 
+    def breakers_view(self, cluster: str) -> dict:
+        """The cluster's breaker, bad-capacity holds, replacement budgets in use and the nodes they hold."""
+        self._known(cluster)
+        now = self.clock()
+        state = self.table.safety(cluster)
+        records = list(self.table.load_cluster(cluster).values())
+        config = self.config()
+        policy = config.cluster_policy(cluster)
+        since = max(now - policy.breaker.window_h * 3600, state.breaker_reset_at)
+        failed, verdicted = failure_counts(records, since)
+        groups: dict[str, list[NodeRecord]] = {}
+        for r in records:
+            groups.setdefault(r.group, []).append(r)
+        return {
+            "cluster": cluster,
+            "breaker": {
+                "open": state.breaker is not None,
+                "tripped": state.breaker.model_dump() if state.breaker else None,
+                "failed_nodes": failed,
+                "verdicted_nodes": verdicted,
+                "policy": policy.breaker.model_dump(),
+            },
+            "capacity_holds": {g: t.model_dump() for g, t in sorted(state.capacity_holds.items())},
+            "replace_budget": {
+                "cluster": budget_use(records, policy.replace_budget, now),
+                "groups": {
+                    g: budget_use(members, config.policy_for(cluster, g).replace_budget, now)
+                    for g, members in sorted(groups.items())
+                },
+            },
+            "held_nodes": [
+                {
+                    "node": r.key,
+                    "group": r.group,
+                    "held_by": r.held_by,
+                    "reason": r.history[-1].reason if r.history else "",
+                }
+                for r in sorted(records, key=lambda r: r.key)
+                if r.state == NodeState.RECOVERY_DUE and r.held_by
+            ],
+            "resets": [x.model_dump() for x in state.resets],
+        }
+
+    def reset_breaker(self, cluster: str, scope: str, by: str, reason: str, trigger: str) -> dict:
+        """An operator closes the breaker (scope "cluster") or lifts a group's bad-capacity hold."""
+        self._known(cluster)
+        now = self.clock()
+        state = self.table.safety(cluster)
+        tripped = state.breaker if scope == "cluster" else state.capacity_holds.get(scope)
+        if tripped is None:
+            what = "the breaker is not open" if scope == "cluster" else f"group {scope} has no bad-capacity hold"
+            return {"cluster": cluster, "scope": scope, "reset": False, "message": what, "released": []}
+        self.table.save_safety(reset(state, scope, now, by, reason))  # StaleRecord: changed concurrently
+        released = self._save(release_holds(self.table.load_cluster(cluster).values(), scope, now, trigger))
+        logger.warning(
+            "safety reset",
+            extra={"cluster": cluster, "scope": scope, "by": by, "reason": reason, "tripped": tripped.model_dump()},
+        )
+        self._notify(
+            "breaker-reset",
+            cluster,
+            "" if scope == "cluster" else scope,
+            f"hyperpod-dhc: {'breaker' if scope == 'cluster' else scope + ' hold'} reset on {cluster}",
+            {"scope": scope, "by": by, "reason": reason, "released": [r.key for r in released]},
+        )
+        if released:
+            self._start_round(cluster)
+        return {
+            "cluster": cluster,
+            "scope": scope,
+            "reset": True,
+            "message": "reset",
+            "released": [r.key for r in released],
+        }
+
     def _live_round(self, cluster: str) -> str | None:
         meta = self.table.round_meta(cluster)
         return meta.holder if meta.holder and meta.lease_expires_at > self.clock() else None
@@ -286,7 +371,11 @@ class Controller:
         candidates = claimable(view.records.values(), view.groups)
         if not state.gathered and (delay := gather_delay(candidates, view.groups, now)) > 0:
             return state.model_copy(update={"gather_s": delay, "gathered": True})
-        chosen = select_for_round(candidates, self.config().max_round_nodes)
+        self._shadow_checks([r for r in candidates if view.groups[r.group].policy.dry_run], view, round_id, now)
+        live = [r for r in candidates if not view.groups[r.group].policy.dry_run]
+        chosen = select_for_round(
+            admit_to_round(live, view.records.values(), view.groups), self.config().max_round_nodes
+        )
         claimed = self._save(
             [
                 transition(
@@ -388,17 +477,30 @@ class Controller:
             view = self._view(state.cluster)
         except ClusterNotFound:
             return state.model_copy(update={"recovery_due": 0})
-        plans: dict[Action, list[NodeRecord]] = {Action.REBOOT: [], Action.REPLACE: []}
-        quarantine = []
-        for r in self._due(view):
-            ctx = view.groups[r.group]
-            action = due_action(r, ctx.policy, now)
-            if action is None:
-                quarantine.append(plan_recovery(r, ctx.policy, "None", now, state.round_id))
-            else:
-                plans[action].append(r)
-        self._save(quarantine)
-        for action, records in plans.items():
+        due = self._due(view)
+        if not due:
+            return state.model_copy(update={"recovery_due": 0})
+        safety = self.table.safety(state.cluster)
+        plan = gate_recovery(
+            due,
+            view.records,
+            view.groups,
+            self.config().cluster_policy(state.cluster),
+            safety,
+            now,
+            state.round_id,
+        )
+        if plan.safety is not None:
+            # Conditional: a concurrent operator reset wins, and this round's actions wait for the next look.
+            self.table.save_safety(plan.safety)
+            logger.warning(
+                "safety tripped",
+                extra={"cluster": state.cluster, "round_id": state.round_id, "safety": plan.safety.model_dump()},
+            )
+        for alert in plan.alerts:
+            self._alert(state.cluster, alert)
+        self._save(plan.changes)
+        for action, records in plan.acts.items():
             if records:
                 self._act(state, view.info, action, records)
         return state.model_copy(update={"recovery_due": 0})
@@ -485,6 +587,7 @@ class Controller:
             for r in view.records.values()
             if r.state == NodeState.RECOVERY_DUE
             and (r.not_before or 0) <= now
+            and r.held_by not in STICKY_HOLDS
             and (ctx := view.groups.get(r.group)) is not None
             and ctx.worker
         ]
@@ -519,19 +622,10 @@ class Controller:
         by_instance = [r.instance_id for r in owned if not r.logical_id and r.instance_id]
         try:
             outcomes = self.hyperpod.act(info.name, action, by_logical, by_instance)
-        except Exception:
+        except Exception as err:
+            # The call failed as a whole: back off and retry a bounded number of times, then an operator decides.
             self._save(
-                [
-                    transition(
-                        r,
-                        self.clock(),
-                        NodeState.RECOVERY_DUE,
-                        f"{action.value} call failed; retry",
-                        state.round_id,
-                        not_before=self.clock(),
-                    )
-                    for r in owned
-                ]
+                [action_refused(r, action, type(err).__name__, str(err), self.clock(), state.round_id) for r in owned]
             )
             raise
         by_key = {(r.logical_id or r.instance_id): r for r in owned}
@@ -550,13 +644,44 @@ class Controller:
             if any(h.trigger == round_id for h in r.history):
                 by_group.setdefault(r.group, Counter())[r.state.value] += 1
         for group, states in sorted(by_group.items()):
-            self.notifier.publish(
+            self._notify(
                 "round-finished",
                 state.cluster,
                 group,
                 f"hyperpod-dhc: round {round_id} finished",
                 {"round_id": round_id, "failed_step": bool(state.error), "states": dict(states)},
             )
+
+    def _notify(self, kind: str, cluster: str, group: str, subject: str, detail: dict) -> None:
+        """Publish unless the group's policy mutes `kind`; the group's route rides along for SNS filters."""
+        policy = self.config().policy_for(cluster, group) if group else None
+        if policy is not None and kind not in policy.notify:
+            return
+        self.notifier.publish(kind, cluster, group, subject, detail, route=policy.notify_route if policy else None)
+
+    def _alert(self, cluster: str, alert: Alert) -> None:
+        node_metric("SafetyAlerts", cluster)
+        self._notify(alert.kind, cluster, alert.group, alert.subject, alert.detail)
+
+    def _shadow_checks(self, records: list[NodeRecord], view: ClusterView, round_id: str, now: float) -> None:
+        """Dry-run groups: record the check this round would have started, and start none."""
+        by_group: dict[str, list[NodeRecord]] = {}
+        for r in records:
+            by_group.setdefault(r.group, []).append(r)
+        for group, members in sorted(by_group.items()):
+            checks = ", ".join(view.groups[group].policy.checks)
+            saved = self._save(
+                transition(r, now, NodeState.SHADOWED, f"dry-run: would start a deep health check ({checks})", round_id)
+                for r in members
+            )
+            if saved:
+                self._notify(
+                    "dry-run",
+                    view.info.name,
+                    group,
+                    f"hyperpod-dhc: dry-run would check {len(saved)} node(s) of {group}",
+                    {"round_id": round_id, "checks": checks, "nodes": [r.key for r in saved]},
+                )
 
     def _announce(self, record: NodeRecord, decision: Decision) -> None:
         """Metrics and notifications for one audited decision."""
@@ -576,21 +701,32 @@ class Controller:
                 )
             if decision.to_state == NodeState.PASSED and record.attempts:
                 node_metric("NodesRecovered", record.cluster)
-                self.notifier.publish(
+                self._notify(
                     "node-recovered", record.cluster, record.group, f"hyperpod-dhc: {record.key} recovered", detail
                 )
             elif decision.verdict in (Verdict.FAILED, Verdict.REPLACED_BY_HYPERPOD):
-                self.notifier.publish(
+                self._notify(
                     "node-failed",
                     record.cluster,
                     record.group,
                     f"hyperpod-dhc: {record.key} failed its deep health check",
                     detail,
                 )
-        if decision.to_state == NodeState.QUARANTINED and decision.from_state != NodeState.QUARANTINED:
+        entered = decision.to_state if decision.from_state != decision.to_state else None
+        if entered == NodeState.QUARANTINED:
             node_metric("NodesQuarantined", record.cluster)
-            self.notifier.publish(
+            self._notify(
                 "node-quarantined", record.cluster, record.group, f"hyperpod-dhc: {record.key} quarantined", detail
+            )
+        elif entered == NodeState.INCONCLUSIVE:
+            # Missing evidence never leads to an action; it leads to a person.
+            node_metric("NodesInconclusive", record.cluster)
+            self._notify(
+                "node-inconclusive",
+                record.cluster,
+                record.group,
+                f"hyperpod-dhc: {record.key} inconclusive, needs an operator",
+                detail,
             )
 
     def _save(

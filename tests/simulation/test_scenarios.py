@@ -63,7 +63,11 @@ def test_recovery_ladder_cures_transient_by_reboot_and_persistent_by_replacement
             "groups": [{"name": "p5", "count": 12, "arrival": {"start_s": 0, "spread_s": 1200}}],
             "hardware": {"transient_fault_rate": 0.25, "persistent_fault_rate": 0.25},
             "check_duration_s": FAST_CHECKS,
-            "policy": {"defaults": {"recovery": "reboot-then-replace", "max_attempts": 2}},
+            # Half the nodes are faulty on purpose: the breaker (50 % by default) would rightly stop the ladder.
+            "policy": {
+                "defaults": {"recovery": "reboot-then-replace", "max_attempts": 2},
+                "cluster_defaults": {"breaker": {"max_failure_pct": None}},
+            },
         }
     )
     transient, persistent = _nodes(report, "transient"), _nodes(report, "persistent")

@@ -40,3 +40,46 @@ def test_group_override_then_cluster_group_override_wins():
 def test_bad_config_names_the_key(raw, named):
     with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
         parse_config(raw)
+
+
+def test_overrides_merge_nested_objects_key_by_key_and_cluster_overrides_apply_per_cluster():
+    config = parse_config(
+        {
+            "defaults": {"replace_budget": {"max_nodes": 10, "max_pct": 20, "window_h": 12}},
+            "groups": {"gpu": {"replace_budget": {"max_nodes": 2}, "dry_run": True}},
+            "cluster_overrides": {"prod": {"breaker": {"max_failures": 5}}},
+        }
+    )
+    budget = config.policy_for("any", "gpu").replace_budget
+    assert (budget.max_nodes, budget.max_pct, budget.window_h) == (2, 20, 12)
+    assert config.policy_for("any", "gpu").dry_run and not config.policy_for("any", "cpu").dry_run
+    prod, other = config.cluster_policy("prod").breaker, config.cluster_policy("dev").breaker
+    assert (prod.max_failures, prod.max_failure_pct) == (5, 50) and other.max_failures is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "named"),
+    [
+        ({"defaults": {"recovery": "none", "ladder": ["reboot"]}}, "ladder has no effect"),
+        ({"groups": {"g": {"recovery": "replace", "ladder": ["reboot"]}}}, "ladder reboots"),
+        ({"defaults": {"ladder": ["reboot", "rescue"]}}, "defaults.ladder"),
+        ({"defaults": {"replace_budget": {"max_pct": 150}}}, "defaults.replace_budget.max_pct"),
+        ({"defaults": {"max_out_of_service_pct": 0}}, "defaults.max_out_of_service_pct"),
+        ({"defaults": {"notify": ["node-exploded"]}}, "defaults.notify"),
+        ({"defaults": {"notify_route": "has space"}}, "defaults.notify_route"),
+        ({"cluster_defaults": {"breaker": {"window_h": 0}}}, "cluster_defaults.breaker.window_h"),
+        ({"cluster_overrides": {"bad/name": {}}}, "cluster_overrides"),
+    ],
+)
+def test_bad_safety_policy_names_the_key(raw, named):
+    with pytest.raises(ConfigError, match=named.replace(".", r"\.")):
+        parse_config(raw)
+
+
+def test_the_ladder_follows_recovery_and_max_attempts_unless_given():
+    from deephealth.domain.policy import GroupPolicy
+
+    assert GroupPolicy().steps() == ("reboot", "replace")
+    assert GroupPolicy(recovery=Recovery.REPLACE, max_attempts=3).steps() == ("replace",) * 3
+    assert GroupPolicy(ladder=("reboot", "reboot", "replace"), max_attempts=2).steps() == ("reboot", "reboot")
+    assert GroupPolicy(max_attempts=0).steps() == ()

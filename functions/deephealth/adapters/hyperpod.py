@@ -152,7 +152,12 @@ class HyperPod:
     def act(
         self, cluster: str, action: Action, logical_ids: Iterable[str], instance_ids: Iterable[str]
     ) -> list[ActionOutcome]:
-        """BatchReboot/BatchReplaceClusterNodes in calls of at most 25 ids per list."""
+        """BatchReboot/BatchReplaceClusterNodes in calls of at most 25 ids per list.
+
+        A call that fails as a whole (throttled after botocore's retries, 5xx) fails only its own chunk: its
+        ids come back as refused with the mapped error name, so the chunks that went through stay recorded as
+        in flight and are never requested twice. A deleted cluster still raises ClusterNotFound.
+        """
         call = self.sm.batch_reboot_cluster_nodes if action == Action.REBOOT else self.sm.batch_replace_cluster_nodes
         outcomes: list[ActionOutcome] = []
         for param, ids in (("NodeLogicalIds", list(logical_ids)), ("NodeIds", list(instance_ids))):
@@ -160,7 +165,16 @@ class HyperPod:
                 try:
                     r = call(ClusterName=cluster, **{param: part})
                 except (ClientError, BotoCoreError) as err:
-                    _raise_mapped(err)
+                    try:
+                        _raise_mapped(err)
+                    except (Throttled, TransientError, ClientError) as mapped:
+                        code = (
+                            mapped.response.get("Error", {}).get("Code", "ClientError")
+                            if isinstance(mapped, ClientError)
+                            else type(mapped).__name__
+                        )
+                        outcomes += [ActionOutcome(key=k, ok=False, code=code, message=str(mapped)[:300]) for k in part]
+                        continue
                 if param == "NodeIds":
                     ok, failed, id_key = r.get("Successful", []), r.get("Failed", []), "NodeId"
                 else:

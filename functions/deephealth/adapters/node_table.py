@@ -1,6 +1,7 @@
-"""The controller's DynamoDB table: one item per node, one round/lease item and one registry item per cluster.
+"""The controller's DynamoDB table: one item per node, one round/lease item, one safety item (breaker and
+holds) and one registry item per cluster.
 
-Keys: pk = "CLUSTER#<name>"; sk = "NODE#<node key>" | "ROUND". Registry: pk = "CLUSTERS", sk = <name>.
+Keys: pk = "CLUSTER#<name>"; sk = "NODE#<node key>" | "ROUND" | "SAFETY". Registry: pk = "CLUSTERS", sk = <name>.
 A node item carries the record as JSON plus the version that conditions need, and every write
 is conditional on the version read, so two writers never silently overwrite each other.
 """
@@ -16,9 +17,11 @@ from botocore.exceptions import ClientError
 from deephealth.adapters import aws
 from deephealth.domain.errors import StaleRecord
 from deephealth.domain.nodes import NodeRecord
+from deephealth.domain.safety import SafetyState
 
 NODE_PREFIX = "NODE#"
 ROUND_SK = "ROUND"
+SAFETY_SK = "SAFETY"
 REGISTRY_PK = "CLUSTERS"
 
 
@@ -66,21 +69,31 @@ class NodeTable:
     def save(self, record: NodeRecord) -> NodeRecord:
         """Write `record` if nobody wrote the node since it was read; returns it with the new version."""
         saved = record.model_copy(update={"version": record.version + 1})
-        condition = Attr("pk").not_exists() if record.version == 0 else Attr("version").eq(record.version)
+        self._put_versioned(record.cluster, NODE_PREFIX + record.key, record.version, saved.model_dump_json())
+        return saved
+
+    # -- safety: the cluster's breaker and bad-capacity holds -------------------------------------------
+    def safety(self, cluster: str) -> SafetyState:
+        item = self.t.get_item(Key={"pk": cluster_pk(cluster), "sk": SAFETY_SK}, ConsistentRead=True).get("Item")
+        return SafetyState.model_validate_json(item["doc"]) if item else SafetyState(cluster=cluster)
+
+    def save_safety(self, state: SafetyState) -> SafetyState:
+        """Write the safety state if nobody changed it since it was read (raises StaleRecord otherwise)."""
+        saved = state.model_copy(update={"version": state.version + 1})
+        self._put_versioned(state.cluster, SAFETY_SK, state.version, saved.model_dump_json())
+        return saved
+
+    def _put_versioned(self, cluster: str, sk: str, version: int, doc: str) -> None:
+        """One conditional put: the item is new (version 0) or still at `version`."""
+        condition = Attr("pk").not_exists() if version == 0 else Attr("version").eq(version)
         # Only what conditions need sits beside the JSON document: fewer attributes, cheaper reads.
-        item = {
-            "pk": cluster_pk(record.cluster),
-            "sk": NODE_PREFIX + record.key,
-            "version": saved.version,
-            "doc": saved.model_dump_json(),  # the version too: reads project only the document
-        }
+        item = {"pk": cluster_pk(cluster), "sk": sk, "version": version + 1, "doc": doc}
         try:
             self.t.put_item(Item=item, ConditionExpression=condition)
         except ClientError as err:
             if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                raise StaleRecord(f"{record.cluster}/{record.key} changed since version {record.version}") from None
+                raise StaleRecord(f"{cluster}/{sk} changed since version {version}") from None
             raise
-        return saved
 
     # -- cluster registry: lets the reconciler close out clusters that vanished from ListClusters ------
     def register_cluster(self, cluster: str) -> None:

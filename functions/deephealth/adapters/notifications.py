@@ -1,5 +1,5 @@
 """Structured SNS notifications, with message attributes so a subscriber can filter by cluster, group and
-kind (an SNS filter policy on `kind`, `cluster`, `group`)."""
+kind (an SNS filter policy on `kind`, `cluster`, `group`, and `route` when the group's policy sets one)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,7 @@ import json
 from typing import Any
 
 from deephealth.adapters import aws
-
-KINDS = ("node-failed", "node-recovered", "node-quarantined", "round-finished", "breaker-tripped")
+from deephealth.domain.policy import NOTIFICATION_KINDS as KINDS
 
 
 class Notifier:
@@ -16,13 +15,16 @@ class Notifier:
         self._topic = topic_arn
         self._sns = sns
 
-    def publish(self, kind: str, cluster: str, group: str, subject: str, detail: dict[str, Any]) -> None:
+    def publish(
+        self, kind: str, cluster: str, group: str, subject: str, detail: dict[str, Any], route: str | None = None
+    ) -> None:
         if not self._topic:
             return  # notifications not configured (tests without a topic)
         assert kind in KINDS, kind
         attributes = {
             name: {"DataType": "String", "StringValue": value}
-            for name, value in (("kind", kind), ("cluster", cluster), ("group", group or "-"))
+            for name, value in (("kind", kind), ("cluster", cluster), ("group", group or "-"), ("route", route))
+            if value
         }
         message = {"kind": kind, "cluster": cluster, "group": group, **detail}
         (self._sns or aws.client("sns")).publish(

@@ -11,6 +11,7 @@ from enum import StrEnum
 from pydantic import BaseModel, ConfigDict, Field
 
 HISTORY_LIMIT = 50
+TRAIL_LIMIT = 30  # outcomes and actions kept per node: enough for every lemon, flap and budget window
 
 
 class NodeState(StrEnum):
@@ -23,10 +24,18 @@ class NodeState(StrEnum):
     QUARANTINED = "quarantined"  # out of attempts: no more automated actions
     INCONCLUSIVE = "inconclusive"  # no evidence after bounded retries: needs a human, never a replacement
     GONE = "gone"  # the node or its cluster no longer exists
+    SHADOWED = "shadowed"  # dry-run: what the controller would have done is recorded, nothing was done
 
 
 FINAL_STATES = frozenset(
-    {NodeState.PASSED, NodeState.FAILED, NodeState.QUARANTINED, NodeState.INCONCLUSIVE, NodeState.GONE}
+    {
+        NodeState.PASSED,
+        NodeState.FAILED,
+        NodeState.QUARANTINED,
+        NodeState.INCONCLUSIVE,
+        NodeState.GONE,
+        NodeState.SHADOWED,
+    }
 )
 
 
@@ -69,6 +78,23 @@ class NodeSnapshot(BaseModel):
         return self.logical_id or self.instance_id or ""
 
 
+class Outcome(BaseModel):
+    """One check verdict of the node, on the instance that had it (the lemon trail across instance ids)."""
+
+    at: float
+    verdict: Verdict
+    instance_id: str | None = None
+
+
+class ActionEntry(BaseModel):
+    """One reboot or replacement of the node, by the controller or by HyperPod (budgets count the former)."""
+
+    at: float
+    action: Action
+    actor: str  # "controller" | "hyperpod"
+    instance_id: str | None = None
+
+
 class HistoryEntry(BaseModel):
     at: float
     state: NodeState
@@ -106,6 +132,9 @@ class NodeRecord(BaseModel):
     action_at: float | None = None
     action_retries: int = 0
     not_before: float | None = None
+    held_by: str | None = None  # why a due recovery waits: breaker, bad-capacity, replace-budget, out-of-service
+    outcomes: list[Outcome] = Field(default_factory=list)
+    actions: list[ActionEntry] = Field(default_factory=list)
     seen_down: bool = False
     version: int = 0
     created_at: float = 0.0
@@ -172,3 +201,13 @@ def transition(
 def with_instance(ids: list[str], new: str | None) -> list[str]:
     """Instance-id history with `new` appended once (the lemon trail across replacements)."""
     return [*ids, new] if new and new not in ids else ids
+
+
+def with_outcome(outcomes: list[Outcome], at: float, verdict: Verdict, instance_id: str | None) -> list[Outcome]:
+    return [*outcomes, Outcome(at=at, verdict=verdict, instance_id=instance_id)][-TRAIL_LIMIT:]
+
+
+def with_action(
+    actions: list[ActionEntry], at: float, action: Action, actor: str, instance_id: str | None
+) -> list[ActionEntry]:
+    return [*actions, ActionEntry(at=at, action=action, actor=actor, instance_id=instance_id)][-TRAIL_LIMIT:]

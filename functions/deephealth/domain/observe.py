@@ -19,6 +19,7 @@ from deephealth.domain.nodes import (
     NodeSnapshot,
     NodeState,
     transition,
+    with_action,
     with_instance,
 )
 from deephealth.domain.policy import GroupPolicy, Mode
@@ -136,6 +137,7 @@ def observe(
                 obs,
                 "HyperPod replaced the instance",
                 attempts=record.attempts + 1,
+                actions=with_action(record.actions, obs.now, Action.REPLACE, "hyperpod", record.instance_id),
                 action=Action.HYPERPOD,
                 action_at=obs.now,
             )
@@ -149,8 +151,10 @@ def observe(
                 action=Action.HYPERPOD,
                 action_at=obs.now,
                 attempts=record.attempts + 1,
+                actions=with_action(record.actions, obs.now, Action.HYPERPOD, "hyperpod", record.instance_id),
                 seen_down=True,
                 not_before=None,
+                held_by=None,
             )
         return None
 
@@ -196,6 +200,8 @@ def observe(
     if state in FINAL_STATES:
         if state == NodeState.GONE:
             return _recheck(record, snapshot, obs, "listed again after being gone")
+        if state == NodeState.SHADOWED and not ctx.policy.dry_run and not ctx.observe_only:
+            return _recheck(record, snapshot, obs, "dry-run ended for the group: check it for real")
         if replaced:
             if state == NodeState.QUARANTINED:
                 return transition(
@@ -287,6 +293,7 @@ def _recheck(
         check_started_at=None,
         seen_down=False,
         observe_only=False,
+        held_by=None,
         **changes,
     )
 

@@ -6,8 +6,10 @@ configuration parameter at run time, so a typo fails `cdk synth`, not a 3 a.m. r
 
 from __future__ import annotations
 
+import math
+import re
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -35,13 +37,80 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+NotificationKind = Literal[
+    "node-failed",
+    "node-recovered",
+    "node-quarantined",
+    "node-inconclusive",
+    "round-finished",
+    "dry-run",
+    "recovery-held",
+    "capacity-hold",
+    "breaker-tripped",
+    "breaker-reset",
+]
+NOTIFICATION_KINDS: tuple[str, ...] = NotificationKind.__args__  # type: ignore[attr-defined]
+LadderStep = Literal["reboot", "replace"]
+
+
+class Budget(_Strict):
+    """Controller replacements allowed per rolling window: the smaller of an absolute and a percentage limit.
+
+    The percentage is of the nodes the controller knows in the group (or cluster), rounded up, so a small
+    group still gets one replacement; `null` disables that limit.
+    """
+
+    max_nodes: Annotated[int, Field(ge=0, le=100_000)] | None = None
+    max_pct: Annotated[int, Field(ge=0, le=100)] | None = 25
+    window_h: Annotated[int, Field(ge=1, le=24 * 90)] = 24
+
+    def limit(self, size: int) -> int:
+        limits = [self.max_nodes] if self.max_nodes is not None else []
+        if self.max_pct is not None:
+            limits.append(math.ceil(size * self.max_pct / 100))
+        return min(limits) if limits else size
+
+
+class Lemon(_Strict):
+    """A node (by logical id, across instance ids) that keeps failing, or flips between pass and fail."""
+
+    max_failures: Annotated[int, Field(ge=1, le=50)] = 3  # failed verdicts in the window -> quarantine
+    max_flaps: Annotated[int, Field(ge=1, le=50)] = 4  # pass <-> fail changes in the window -> quarantine
+    window_days: Annotated[int, Field(ge=1, le=365)] = 30
+
+
+class BadCapacity(_Strict):
+    """Replacements that fail their own check point at bad capacity (same type, often the same AZ)."""
+
+    failed_replacements: Annotated[int, Field(ge=1, le=1000)] = 3
+    window_h: Annotated[int, Field(ge=1, le=24 * 30)] = 24
+
+
+class Breaker(_Strict):
+    """Stops every automated action on a cluster when failures are systemic (bad AMI, driver, fabric).
+
+    Trips when, within the window, `max_failures` distinct nodes failed, or at least `min_verdicts` nodes got
+    a verdict and `max_failure_pct` percent of them failed. Only an operator closes it again.
+    """
+
+    max_failures: Annotated[int, Field(ge=1, le=100_000)] | None = None
+    max_failure_pct: Annotated[int, Field(ge=1, le=100)] | None = 50
+    min_verdicts: Annotated[int, Field(ge=1, le=100_000)] = 10
+    window_h: Annotated[int, Field(ge=1, le=24 * 30)] = 6
+
+
 class GroupPolicy(_Strict):
     """What the controller does with the nodes of one instance group."""
 
     mode: Mode = Mode.ON_DEMAND
+    # Shadow mode: decide and record (audit + notification) without starting checks or rebooting/replacing.
+    dry_run: bool = False
     checks: tuple[CheckType, ...] = ("InstanceStress",)
     recovery: Recovery = Recovery.REBOOT_THEN_REPLACE
-    max_attempts: Annotated[int, Field(ge=0, le=10)] = 2  # recovery actions per node before quarantine
+    # Explicit ladder (e.g. ["reboot", "replace"]); unset: derived from `recovery`. Every step is re-checked.
+    ladder: Annotated[tuple[LadderStep, ...], Field(min_length=1, max_length=10)] | None = None
+    max_attempts: Annotated[int, Field(ge=0, le=10)] = 2  # recovery actions per node (per window) before quarantine
+    attempt_window_h: Annotated[int, Field(ge=1, le=24 * 365)] | None = None  # unset: attempts never expire
     max_inconclusive: Annotated[int, Field(ge=0, le=10)] = 2  # re-checks after skipped/inconclusive
     gather_window_s: Annotated[int, Field(ge=0, le=3600)] = 300
     poll_interval_s: Annotated[int, Field(ge=30, le=3600)] = 60
@@ -49,6 +118,17 @@ class GroupPolicy(_Strict):
     recovery_grace_s: Annotated[int, Field(ge=0, le=6 * 3600)] = 1800  # wait for HyperPod's own recovery
     # Re-check passed nodes whose last verdict is older than this (idle nodes go stale); off by default.
     revalidate_every_days: Annotated[int, Field(ge=1, le=365)] | None = None
+    # Concurrency: nodes of this group in one round, and the share of the group the controller may hold out
+    # of service at once (re-checks of nodes that had passed, plus reboots/replacements in flight).
+    max_nodes_per_round: Annotated[int, Field(ge=1, le=99 * 500)] | None = None
+    max_out_of_service_pct: Annotated[int, Field(ge=1, le=100)] = 100
+    replace_budget: Budget = Budget()
+    lemon: Lemon = Lemon()
+    bad_capacity: BadCapacity = BadCapacity()
+    # Notification routing: the kinds published for this group, and a `route` message attribute that SNS
+    # subscription filter policies can match (e.g. one team's queue per group).
+    notify: tuple[NotificationKind, ...] = NOTIFICATION_KINDS  # type: ignore[assignment]
+    notify_route: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")] | None = None
 
     @field_validator("checks")
     @classmethod
@@ -59,20 +139,28 @@ class GroupPolicy(_Strict):
             raise ValueError("checks must not repeat a check type")
         return checks
 
+    @model_validator(mode="after")
+    def _ladder_fits_recovery(self) -> GroupPolicy:
+        if self.ladder is not None and self.recovery == Recovery.NONE:
+            raise ValueError('ladder has no effect with recovery "none"; remove one of them')
+        if self.ladder is not None and self.recovery == Recovery.REPLACE and "reboot" in self.ladder:
+            raise ValueError('ladder reboots but recovery is "replace"; use "reboot-then-replace" or drop reboot')
+        return self
 
-class PolicyOverride(_Strict):
-    """Per-group override: every field optional, unset fields come from the defaults."""
+    def steps(self) -> tuple[str, ...]:
+        """The recovery ladder, capped at `max_attempts`; quarantine follows its last step."""
+        if self.ladder is not None:
+            return self.ladder[: self.max_attempts]
+        if self.recovery == Recovery.REPLACE:
+            return ("replace",) * self.max_attempts
+        return (("reboot",) + ("replace",) * max(0, self.max_attempts - 1))[: self.max_attempts]
 
-    mode: Mode | None = None
-    checks: tuple[CheckType, ...] | None = None
-    recovery: Recovery | None = None
-    max_attempts: Annotated[int, Field(ge=0, le=10)] | None = None
-    max_inconclusive: Annotated[int, Field(ge=0, le=10)] | None = None
-    gather_window_s: Annotated[int, Field(ge=0, le=3600)] | None = None
-    poll_interval_s: Annotated[int, Field(ge=30, le=3600)] | None = None
-    check_timeout_s: Annotated[int, Field(ge=600, le=6 * 3600)] | None = None
-    recovery_grace_s: Annotated[int, Field(ge=0, le=6 * 3600)] | None = None
-    revalidate_every_days: Annotated[int, Field(ge=1, le=365)] | None = None
+
+class ClusterPolicy(_Strict):
+    """Safety limits for a whole cluster, across its instance groups."""
+
+    replace_budget: Budget = Budget(max_pct=20)
+    breaker: Breaker = Breaker()
 
 
 class ControllerConfig(_Strict):
@@ -80,8 +168,11 @@ class ControllerConfig(_Strict):
 
     clusters: Literal["all"] | tuple[Annotated[str, Field(pattern=GROUP_NAME_PATTERN)], ...] = "all"
     defaults: GroupPolicy = GroupPolicy()
-    # Keys: "<group>" applies in every cluster, "<cluster>/<group>" in one cluster and wins.
-    groups: dict[str, PolicyOverride] = {}
+    # Keys: "<group>" applies in every cluster, "<cluster>/<group>" in one cluster and wins. An override names
+    # only what differs; nested objects (replace_budget, lemon, ...) merge key by key.
+    groups: dict[str, GroupPolicy] = {}
+    cluster_defaults: ClusterPolicy = ClusterPolicy()
+    cluster_overrides: dict[Annotated[str, Field(pattern=GROUP_NAME_PATTERN)], ClusterPolicy] = {}
     reconcile_every_minutes: Annotated[int, Field(ge=1, le=60)] = 5
     max_round_nodes: Annotated[int, Field(ge=1, le=99 * 500)] = 3000
     log_retention_days: Literal[1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731] = 30
@@ -95,12 +186,13 @@ class ControllerConfig(_Strict):
 
     @model_validator(mode="after")
     def _group_keys_are_names(self) -> ControllerConfig:
-        import re
-
         for key in self.groups:
             parts = key.split("/")
             if len(parts) > 2 or not all(re.match(GROUP_NAME_PATTERN, p) for p in parts):
                 raise ValueError(f'groups key "{key}" must be "<group>" or "<cluster>/<group>"')
+        for key in self.groups:  # every merged policy must hold together (e.g. a ladder against "replace")
+            cluster, _, group = key.rpartition("/")
+            self.policy_for(cluster or "*", group)
         return self
 
     def watches(self, cluster: str) -> bool:
@@ -111,8 +203,29 @@ class ControllerConfig(_Strict):
         for key in (group, f"{cluster}/{group}"):
             override = self.groups.get(key)
             if override is not None:
-                merged.update(override.model_dump(exclude_none=True))
-        return GroupPolicy.model_validate(merged)
+                merged = _deep_merge(merged, override.model_dump(exclude_unset=True))
+        try:
+            return GroupPolicy.model_validate(merged)
+        except ValidationError as err:
+            raise ValueError(f"policy of {cluster}/{group}: {_problems(err)}") from None
+
+    def cluster_policy(self, cluster: str) -> ClusterPolicy:
+        override = self.cluster_overrides.get(cluster)
+        if override is None:
+            return self.cluster_defaults
+        merged = _deep_merge(self.cluster_defaults.model_dump(), override.model_dump(exclude_unset=True))
+        return ClusterPolicy.model_validate(merged)
+
+
+def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in override.items():
+        out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def _problems(err: ValidationError) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in err.errors())
 
 
 class ConfigError(ValueError):
@@ -123,5 +236,4 @@ def parse_config(raw: object) -> ControllerConfig:
     try:
         return ControllerConfig.model_validate(raw)
     except ValidationError as err:
-        problems = [f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in err.errors()]
-        raise ConfigError("invalid hyperpod-dhc configuration: " + "; ".join(problems)) from None
+        raise ConfigError("invalid hyperpod-dhc configuration: " + _problems(err)) from None

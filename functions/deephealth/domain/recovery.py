@@ -6,29 +6,60 @@ check itself, so the controller first waits `recovery_grace_s` and only acts if 
 
 from __future__ import annotations
 
+import itertools
+
 from deephealth.domain.nodes import (
     Action,
     Decision,
     NodeRecord,
     NodeState,
+    Outcome,
     Verdict,
     transition,
+    with_action,
     with_instance,
+    with_outcome,
 )
-from deephealth.domain.policy import GroupPolicy, Recovery
+from deephealth.domain.policy import GroupPolicy, Lemon, Recovery
 
 # Back-off before retrying an action HyperPod refused for the node's current state (InstanceIdInUse, ...).
 ACTION_RETRY_BASE_S = 300
 MAX_ACTION_RETRIES = 5
 
 
+# Verdicts that say the hardware failed: our check's failure, or HyperPod replacing it during the check.
+FAILING = frozenset({Verdict.FAILED, Verdict.REPLACED_BY_HYPERPOD})
+
+
 def ladder_step(policy: GroupPolicy, attempts: int) -> Action | None:
     """The action for a node that has already had `attempts` recovery actions, or None to quarantine."""
-    if attempts >= policy.max_attempts:
-        return None
-    if policy.recovery == Recovery.REPLACE:
-        return Action.REPLACE
-    return Action.REBOOT if attempts == 0 else Action.REPLACE
+    steps = policy.steps()
+    return Action(steps[attempts]) if attempts < len(steps) else None
+
+
+def attempts_counted(record: NodeRecord, policy: GroupPolicy, now: float) -> int:
+    """Recovery actions that count against `max_attempts`: all of them, or those within `attempt_window_h`."""
+    if policy.attempt_window_h is None:
+        return record.attempts
+    since = now - policy.attempt_window_h * 3600
+    return sum(1 for a in record.actions if a.at >= since)
+
+
+def lemon_reason(outcomes: list[Outcome], lemon: Lemon, now: float) -> str | None:
+    """Why a node is a lemon (fails again and again, or flips between pass and fail), or None."""
+    recent = [o for o in outcomes if o.at >= now - lemon.window_days * 86400]
+    failures = [o for o in recent if o.verdict in FAILING]
+    if len(failures) >= lemon.max_failures:
+        instances = sorted({o.instance_id for o in failures if o.instance_id})
+        return (
+            f"lemon: failed {len(failures)} times in {lemon.window_days} days "
+            f"across {len(instances)} instance(s) ({', '.join(instances)})"
+        )
+    signs = [o.verdict in FAILING for o in recent if o.verdict in FAILING or o.verdict == Verdict.PASSED]
+    flaps = sum(1 for a, b in itertools.pairwise(signs) if a != b)
+    if flaps >= lemon.max_flaps:
+        return f"flapping: {flaps} pass/fail changes in {lemon.window_days} days"
+    return None
 
 
 def apply_verdict(
@@ -41,6 +72,7 @@ def apply_verdict(
     trigger: str | None,
     new_instance_id: str | None = None,
 ) -> tuple[NodeRecord, Decision]:
+    outcomes = with_outcome(record.outcomes, now, verdict, record.instance_id)
     base = {
         "verdict": verdict,
         "verdict_at": now,
@@ -49,7 +81,18 @@ def apply_verdict(
         "round_id": None,
         "observe_only": False,
         "requested_checks": None,
+        "outcomes": outcomes,
     }
+    if verdict in (Verdict.PASSED, *FAILING) and (lemon := lemon_reason(outcomes, policy.lemon, now)):
+        return transition(
+            record,
+            now,
+            NodeState.QUARANTINED,
+            f"{lemon}: quarantined (no more automated actions)",
+            trigger,
+            **base,
+            held_by=None,
+        )
     if verdict == Verdict.PASSED:
         reason = "check passed" + (f" after {record.attempts} recovery action(s)" if record.attempts else "")
         return transition(record, now, NodeState.PASSED, reason, trigger, **base, inconclusive_count=0)
@@ -65,6 +108,7 @@ def apply_verdict(
             trigger,
             **base,
             attempts=record.attempts + 1,
+            actions=with_action(record.actions, now, Action.REPLACE, "hyperpod", record.instance_id),
             instance_id=new_instance_id,
             instance_ids=with_instance(record.instance_ids, new_instance_id),
             ready_at=None,
@@ -108,15 +152,21 @@ def plan_recovery(
     """
     if policy.recovery == Recovery.NONE:
         return transition(record, now, NodeState.FAILED, "check failed; recovery policy is none", trigger, **verdict)
-    if record.attempts >= policy.max_attempts:
+    attempts = attempts_counted(record, policy, now)
+    step = ladder_step(policy, attempts)
+    if step is None:
         return transition(
             record,
             now,
             NodeState.QUARANTINED,
-            f"failed again after {record.attempts} recovery action(s): quarantined",
+            f"failed again after {attempts} recovery action(s): quarantined",
             trigger,
+            held_by=None,
             **verdict,
         )
+    if policy.dry_run:
+        plan = f"give HyperPod {policy.recovery_grace_s} s, then {step.value}" if node_recovery == "Automatic" else step
+        return transition(record, now, NodeState.SHADOWED, f"dry-run: check failed; would {plan}", trigger, **verdict)
     if node_recovery == "Automatic":
         return transition(
             record,
@@ -129,8 +179,6 @@ def plan_recovery(
             action_retries=0,
             **verdict,
         )
-    step = ladder_step(policy, record.attempts)
-    assert step is not None  # attempts < max_attempts was checked above
     return transition(
         record,
         now,
@@ -150,7 +198,7 @@ def due_action(record: NodeRecord, policy: GroupPolicy, now: float) -> Action | 
         return None
     if record.action == Action.AWAIT_HYPERPOD:
         # Grace expired and HyperPod did nothing we could see: fall back to our own ladder.
-        return ladder_step(policy, record.attempts)
+        return ladder_step(policy, attempts_counted(record, policy, now))
     return record.action
 
 
@@ -164,17 +212,23 @@ def action_started(record: NodeRecord, action: Action, now: float, trigger: str 
         action=action,
         action_at=now,
         attempts=record.attempts + 1,
+        actions=with_action(record.actions, now, action, "controller", record.instance_id),
         seen_down=False,
         not_before=None,
+        held_by=None,
     )
 
 
 def action_refused(
     record: NodeRecord, action: Action, code: str, message: str, now: float, trigger: str | None
 ) -> tuple[NodeRecord, Decision]:
-    """HyperPod refused the action for this node (per-node `Failed` entry)."""
+    """HyperPod refused the action for this node (per-node `Failed` entry), or the call itself failed.
+
+    The refused action did not happen, so it is taken back from the attempts and the budget trail.
+    """
+    undone = {"attempts": max(0, record.attempts - 1), "actions": _without_last(record.actions, action)}
     if code == "InstanceIdNotFound":
-        return transition(record, now, NodeState.GONE, f"{action.value} refused: {code}", trigger)
+        return transition(record, now, NodeState.GONE, f"{action.value} refused: {code}", trigger, **undone)
     retries = record.action_retries + 1
     if retries > MAX_ACTION_RETRIES:
         return transition(
@@ -184,6 +238,7 @@ def action_refused(
             f"{action.value} refused {retries} times ({code}: {message[:200]}): needs an operator",
             trigger,
             action_retries=retries,
+            **undone,
         )
     delay = ACTION_RETRY_BASE_S * 2 ** (retries - 1)
     return transition(
@@ -195,4 +250,13 @@ def action_refused(
         action=action,
         not_before=now + delay,
         action_retries=retries,
+        **undone,
     )
+
+
+def _without_last(actions: list, action: Action) -> list:
+    """The trail without its last controller entry for `action` (the one a refusal takes back)."""
+    for i in range(len(actions) - 1, -1, -1):
+        if actions[i].actor == "controller" and actions[i].action == action:
+            return actions[:i] + actions[i + 1 :]
+    return actions

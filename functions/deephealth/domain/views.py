@@ -71,12 +71,16 @@ def node_summary(record: NodeRecord) -> dict[str, Any]:
 
 
 def node_detail(record: NodeRecord) -> dict[str, Any]:
-    """Everything, including the history across instance ids (the lemon trail)."""
+    """Everything, including the trail across instance ids: every verdict and every reboot/replacement by whom
+    (what lemon and flap tracking, budgets and the breaker count), and the transition history."""
     return {
         **node_summary(record),
         "logical_id": record.logical_id,
         "instance_ids": record.instance_ids,
         "instance_type": record.instance_type,
         "inconclusive_count": record.inconclusive_count,
+        "held_by": record.held_by,
+        "outcomes": [o.model_dump(mode="json") for o in record.outcomes],
+        "actions": [a.model_dump(mode="json") for a in record.actions],
         "history": [h.model_dump(mode="json") for h in record.history],
     }

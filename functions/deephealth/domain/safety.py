@@ -1,0 +1,355 @@
+"""The safety layer: what may be done to a cluster's nodes right now (pure; no boto3, no clock).
+
+Automated remediation loses operators' trust when it replaces healthy fleets, loops on one node or acts on
+too many nodes at once. Before any reboot or replacement, `gate_recovery` applies, in this order:
+1. the cluster's **breaker**: systemic failure (a bad AMI or driver fails every node) stops every action
+   until an operator resets it;
+2. the group's **bad-capacity hold**: replacements that keep failing their own check stop replacements in
+   the group until an operator resets it;
+3. **dry-run**: decide and record, never act;
+4. the **replacement budgets** of the group and the cluster (absolute and percentage per rolling window);
+5. the group's **out-of-service cap**: the share of the group the controller may hold out of service.
+Held nodes keep their verdict and stay `recovery_due` with `held_by` saying why; breaker and capacity holds
+stay until an operator resets them, budget and capacity-cap holds until the window or the cap frees up.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from deephealth.domain.nodes import Action, Decision, NodeRecord, NodeState, Verdict, transition
+from deephealth.domain.observe import GroupContext
+from deephealth.domain.policy import GROUP_NAME_PATTERN, BadCapacity, Breaker, Budget, ClusterPolicy
+from deephealth.domain.recovery import FAILING, due_action, plan_recovery
+
+HOLD_BREAKER = "breaker"
+HOLD_CAPACITY = "bad-capacity"
+HOLD_GROUP_BUDGET = "replace-budget:group"
+HOLD_CLUSTER_BUDGET = "replace-budget:cluster"
+HOLD_OUT_OF_SERVICE = "out-of-service-cap"
+STICKY_HOLDS = frozenset({HOLD_BREAKER, HOLD_CAPACITY})  # only an operator's reset releases these
+OUT_OF_SERVICE_RETRY_S = 600  # a node held by the out-of-service cap is looked at again after this
+RESET_LIMIT = 20
+
+
+class Trip(BaseModel):
+    at: float
+    reason: str
+    trigger: str | None = None
+
+
+class Reset(BaseModel):
+    at: float
+    scope: str  # "cluster" (the breaker) or an instance group name (its bad-capacity hold)
+    by: str
+    reason: str
+
+
+class SafetyState(BaseModel):
+    """A cluster's breaker and bad-capacity holds (one DynamoDB item per cluster, versioned)."""
+
+    cluster: str
+    breaker: Trip | None = None  # open while set
+    capacity_holds: dict[str, Trip] = Field(default_factory=dict)  # instance group -> hold
+    # Evidence before a reset does not count again, or the breaker would re-trip on the same failures.
+    breaker_reset_at: float = 0.0
+    capacity_reset_at: dict[str, float] = Field(default_factory=dict)
+    resets: list[Reset] = Field(default_factory=list)
+    version: int = 0
+
+
+class BreakerReset(BaseModel):
+    """POST /clusters/{cluster}/breakers/reset: which breaker an operator closes, and why (kept for the audit)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    scope: str = Field(
+        default="cluster",
+        pattern=GROUP_NAME_PATTERN,
+        description='"cluster" for the cluster breaker, or an instance group name for its bad-capacity hold',
+    )
+    reason: str = Field(min_length=3, max_length=500, pattern=r"^[^\x00-\x1f]*$")
+
+
+@dataclass(frozen=True)
+class Alert:
+    kind: str
+    group: str
+    subject: str
+    detail: dict
+
+
+@dataclass
+class RecoveryPlan:
+    """What `gate_recovery` decided: calls to make, record changes, a new safety state, alerts."""
+
+    acts: dict[Action, list[NodeRecord]] = field(default_factory=lambda: {Action.REBOOT: [], Action.REPLACE: []})
+    changes: list[tuple[NodeRecord, Decision]] = field(default_factory=list)
+    safety: SafetyState | None = None  # set when a breaker or hold tripped
+    alerts: list[Alert] = field(default_factory=list)
+
+
+# -- evidence -------------------------------------------------------------------------------------------
+def failure_counts(records: Iterable[NodeRecord], since: float) -> tuple[int, int]:
+    """(nodes that failed, nodes that got a pass or fail verdict) since `since`."""
+    failed = verdicted = 0
+    for r in records:
+        recent = [o.verdict for o in r.outcomes if o.at >= since and (o.verdict in FAILING or o.verdict == "passed")]
+        verdicted += bool(recent)
+        failed += any(v in FAILING for v in recent)
+    return failed, verdicted
+
+
+def breaker_reason(records: Iterable[NodeRecord], breaker: Breaker, now: float, reset_at: float) -> str | None:
+    since = max(now - breaker.window_h * 3600, reset_at)
+    failed, verdicted = failure_counts(records, since)
+    if breaker.max_failures is not None and failed >= breaker.max_failures:
+        return f"{failed} nodes failed in {breaker.window_h} h (limit {breaker.max_failures})"
+    if (
+        breaker.max_failure_pct is not None
+        and verdicted >= breaker.min_verdicts
+        and failed * 100 >= breaker.max_failure_pct * verdicted
+    ):
+        return (
+            f"{failed} of {verdicted} nodes checked in {breaker.window_h} h failed "
+            f"({failed * 100 // verdicted}% >= {breaker.max_failure_pct}%): systemic failure suspected"
+        )
+    return None
+
+
+def failed_replacements(records: Iterable[NodeRecord], since: float) -> list[tuple[str, str]]:
+    """(node, instance) of replacement instances that failed their own check since `since`."""
+    return [
+        (r.key, o.instance_id)
+        for r in records
+        for o in r.outcomes
+        if o.at >= since and o.verdict in FAILING and o.instance_id in r.instance_ids[1:]
+    ]
+
+
+def capacity_reason(records: Iterable[NodeRecord], policy: BadCapacity, now: float, reset_at: float) -> str | None:
+    failed = failed_replacements(records, max(now - policy.window_h * 3600, reset_at))
+    if len(failed) < policy.failed_replacements:
+        return None
+    return (
+        f"{len(failed)} replacement instances failed their own check in {policy.window_h} h "
+        f"({', '.join(i for _, i in failed[:5])}): bad capacity suspected, replacements stopped"
+    )
+
+
+def replacements(records: Iterable[NodeRecord], since: float) -> list[float]:
+    """Times of the controller's replacements since `since` (HyperPod's own do not use our budget)."""
+    return sorted(
+        a.at
+        for r in records
+        for a in r.actions
+        if a.actor == "controller" and a.action == Action.REPLACE and a.at >= since
+    )
+
+
+def budget_use(records: list[NodeRecord], budget: Budget, now: float) -> dict:
+    """Used and allowed replacements of a budget over `records`, and when the oldest use leaves the window."""
+    window_s = budget.window_h * 3600
+    used = replacements(records, now - window_s)
+    size = sum(1 for r in records if r.state != NodeState.GONE)
+    return {
+        "used": len(used),
+        "limit": budget.limit(size),
+        "window_h": budget.window_h,
+        "frees_at": (used[0] + window_s) if used else None,
+    }
+
+
+def in_service(record: NodeRecord) -> bool:
+    """The node had passed its last check: checking or rebooting it takes capacity away from jobs."""
+    return bool(record.outcomes) and record.outcomes[-1].verdict == Verdict.PASSED
+
+
+def out_of_service(records: Iterable[NodeRecord]) -> int:
+    """Nodes the controller holds out of service: re-checks of passed nodes, recoveries in flight."""
+    return sum(
+        1
+        for r in records
+        if r.state == NodeState.RECOVERING or (r.state == NodeState.CHECKING and not r.observe_only and in_service(r))
+    )
+
+
+def out_of_service_cap(size: int, pct: int) -> int:
+    return max(1, math.floor(size * pct / 100))
+
+
+def is_held(record: NodeRecord) -> bool:
+    """Held until an operator's reset (a due recovery under an open breaker or a bad-capacity hold)."""
+    return record.state == NodeState.RECOVERY_DUE and record.held_by in STICKY_HOLDS
+
+
+# -- rounds: which claimable nodes may be checked now -------------------------------------------------------
+def admit_to_round(
+    candidates: list[NodeRecord], records: Iterable[NodeRecord], groups: dict[str, GroupContext]
+) -> list[NodeRecord]:
+    """Candidates within each group's `max_nodes_per_round` and out-of-service cap, in their order.
+
+    A node that never passed a check is not in service yet, so only re-checks of passed nodes use the cap.
+    """
+    members: dict[str, list[NodeRecord]] = {}
+    for r in records:
+        members.setdefault(r.group, []).append(r)
+    taken: dict[str, int] = {}
+    slots: dict[str, int] = {}
+    admitted = []
+    for r in candidates:
+        policy = groups[r.group].policy
+        if policy.max_nodes_per_round is not None and taken.get(r.group, 0) >= policy.max_nodes_per_round:
+            continue
+        if in_service(r):
+            if r.group not in slots:
+                group = [m for m in members.get(r.group, []) if m.state != NodeState.GONE]
+                slots[r.group] = out_of_service_cap(len(group), policy.max_out_of_service_pct) - out_of_service(group)
+            if slots[r.group] <= 0:
+                continue
+            slots[r.group] -= 1
+        taken[r.group] = taken.get(r.group, 0) + 1
+        admitted.append(r)
+    return admitted
+
+
+# -- recovery: the gate every reboot and replacement passes ---------------------------------------------------
+def gate_recovery(
+    due: list[NodeRecord],
+    records: dict[str, NodeRecord],
+    groups: dict[str, GroupContext],
+    cluster_policy: ClusterPolicy,
+    safety: SafetyState,
+    now: float,
+    trigger: str | None,
+) -> RecoveryPlan:
+    plan = RecoveryPlan()
+    everyone = list(records.values())
+    by_group: dict[str, list[NodeRecord]] = {}
+    for r in everyone:
+        by_group.setdefault(r.group, []).append(r)
+
+    state = safety
+    if state.breaker is None and (
+        reason := breaker_reason(everyone, cluster_policy.breaker, now, state.breaker_reset_at)
+    ):
+        state = state.model_copy(update={"breaker": Trip(at=now, reason=reason, trigger=trigger)})
+        plan.alerts.append(
+            Alert("breaker-tripped", "", f"hyperpod-dhc: breaker open on {safety.cluster}", {"reason": reason})
+        )
+    for group in sorted({r.group for r in due}):
+        ctx = groups[group]
+        reset_at = state.capacity_reset_at.get(group, 0.0)
+        if group not in state.capacity_holds and (
+            reason := capacity_reason(by_group.get(group, []), ctx.policy.bad_capacity, now, reset_at)
+        ):
+            holds = {**state.capacity_holds, group: Trip(at=now, reason=reason, trigger=trigger)}
+            state = state.model_copy(update={"capacity_holds": holds})
+            plan.alerts.append(
+                Alert("capacity-hold", group, f"hyperpod-dhc: replacements stopped in {group}", {"reason": reason})
+            )
+    if state is not safety:
+        plan.safety = state
+
+    cluster_budget = budget_use(everyone, cluster_policy.replace_budget, now)
+    group_budgets = {g: budget_use(by_group.get(g, []), groups[g].policy.replace_budget, now) for g in groups}
+    busy = {g: out_of_service(by_group.get(g, [])) for g in groups}
+    held_groups: set[tuple[str, str]] = set()
+
+    for r in sorted(due, key=lambda r: (r.not_before or 0, r.key)):
+        policy = groups[r.group].policy
+        action = due_action(r, policy, now)
+        if action is None:
+            plan.changes.append(plan_recovery(r, policy, "None", now, trigger))
+            continue
+        if policy.dry_run:
+            plan.changes.append(
+                transition(r, now, NodeState.SHADOWED, f"dry-run: would {action.value}", trigger, held_by=None)
+            )
+            continue
+        hold = None
+        if state.breaker is not None:
+            hold = (HOLD_BREAKER, None, f"breaker open: {state.breaker.reason}")
+        elif action == Action.REPLACE and r.group in state.capacity_holds:
+            hold = (HOLD_CAPACITY, None, state.capacity_holds[r.group].reason)
+        elif action == Action.REPLACE and (b := group_budgets[r.group])["used"] >= b["limit"]:
+            hold = (HOLD_GROUP_BUDGET, b["frees_at"], _budget_text("group " + r.group, b))
+        elif action == Action.REPLACE and cluster_budget["used"] >= cluster_budget["limit"]:
+            hold = (HOLD_CLUSTER_BUDGET, cluster_budget["frees_at"], _budget_text("cluster", cluster_budget))
+        else:
+            size = sum(1 for m in by_group.get(r.group, []) if m.state != NodeState.GONE)
+            if busy[r.group] >= out_of_service_cap(size, policy.max_out_of_service_pct):
+                cap = f"{policy.max_out_of_service_pct}% of {size}"
+                hold = (
+                    HOLD_OUT_OF_SERVICE,
+                    now + OUT_OF_SERVICE_RETRY_S,
+                    f"{busy[r.group]} nodes out of service ({cap})",
+                )
+        if hold is None:
+            plan.acts[action].append(r)
+            busy[r.group] += 1
+            if action == Action.REPLACE:
+                group_budgets[r.group]["used"] += 1
+                cluster_budget["used"] += 1
+            continue
+        held_by, until, why = hold
+        if r.held_by != held_by or r.not_before != (until or r.not_before):
+            plan.changes.append(
+                transition(
+                    r,
+                    now,
+                    NodeState.RECOVERY_DUE,
+                    f"{action.value} held: {why}",
+                    trigger,
+                    held_by=held_by,
+                    not_before=until if until is not None else r.not_before,
+                )
+            )
+        if held_by not in STICKY_HOLDS and (r.group, held_by) not in held_groups and r.held_by != held_by:
+            held_groups.add((r.group, held_by))
+            plan.alerts.append(
+                Alert("recovery-held", r.group, f"hyperpod-dhc: recovery held in {r.group}", {"reason": why})
+            )
+    return plan
+
+
+def release_holds(
+    records: Iterable[NodeRecord], scope: str, now: float, trigger: str
+) -> list[tuple[NodeRecord, Decision]]:
+    """After an operator's reset: the nodes its breaker (`cluster`) or group hold kept waiting are due now."""
+    held = HOLD_BREAKER if scope == "cluster" else HOLD_CAPACITY
+    return [
+        transition(
+            r,
+            now,
+            NodeState.RECOVERY_DUE,
+            f"{held} reset by an operator: recovery due",
+            trigger,
+            held_by=None,
+            not_before=now,
+        )
+        for r in records
+        if is_held(r) and r.held_by == held and (scope == "cluster" or r.group == scope)
+    ]
+
+
+def reset(state: SafetyState, scope: str, now: float, by: str, reason: str) -> SafetyState:
+    """Close the breaker (scope "cluster") or lift a group's bad-capacity hold; the reset is kept."""
+    entry = Reset(at=now, scope=scope, by=by, reason=reason)
+    update: dict = {"resets": [*state.resets, entry][-RESET_LIMIT:]}
+    if scope == "cluster":
+        update |= {"breaker": None, "breaker_reset_at": now}
+    else:
+        update |= {
+            "capacity_holds": {g: t for g, t in state.capacity_holds.items() if g != scope},
+            "capacity_reset_at": {**state.capacity_reset_at, scope: now},
+        }
+    return state.model_copy(update=update)
+
+
+def _budget_text(scope: str, use: dict) -> str:
+    return f"replacement budget of the {scope} used up ({use['used']}/{use['limit']} in {use['window_h']} h)"
