@@ -63,6 +63,13 @@ def main(argv: list[str] | None = None) -> int:
     selection.add_argument("--instance", action="append", dest="instances", metavar="ID")
     check.add_argument("--checks", nargs="+", metavar="TYPE", help="InstanceStress InstanceConnectivity ...")
 
+    breakers = sub.add_parser("breakers", parents=[api], help="breaker, capacity holds, budgets and held nodes")
+    breakers.add_argument("cluster")
+    reset = sub.add_parser("reset-breaker", parents=[api], help="close the breaker (or a group's capacity hold)")
+    reset.add_argument("cluster")
+    reset.add_argument("--group", help="lift this instance group's bad-capacity hold instead of the cluster breaker")
+    reset.add_argument("--reason", required=True, help="why it is safe to act again (kept in the audit trail)")
+
     sim = sub.add_parser("simulate", help="run the controller against a simulated HyperPod cluster (no AWS account)")
     sim.add_argument("--scenario", type=Path, default=DEMO_SCENARIO, help="scenario JSON (default: the demo)")
     sim.add_argument("--json", action="store_true", help="print one JSON report on stdout, nothing else")

@@ -1,4 +1,5 @@
-"""`hpdhc status | nodes | history | check`: the operator API from a shell (tables, or --json)."""
+"""`hpdhc status | nodes | history | check | breakers | reset-breaker`: the operator API from a shell (tables, or
+--json)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ SHOWN_STATES = (
     "quarantined",
     "inconclusive",
     "gone",
+    "shadowed",
 )
 
 
@@ -41,6 +43,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
             if args.checks:
                 body["checks"] = args.checks
             return _print(args, out, client.call("POST", f"/clusters/{args.cluster}/checks", body), _check)
+        if args.command == "breakers":
+            return _print(args, out, client.call("GET", f"/clusters/{args.cluster}/breakers"), _breakers)
+        if args.command == "reset-breaker":
+            body = {"scope": args.group or "cluster", "reason": args.reason}
+            return _print(args, out, client.call("POST", f"/clusters/{args.cluster}/breakers/reset", body), _reset)
     except ApiError as err:
         print(f"hpdhc: error: {err}", file=sys.stderr)
         return 2 if 400 <= err.status < 500 or err.status == 0 else 1
@@ -149,3 +156,39 @@ def _check(result: dict, out: TextIO) -> None:
     for refusal in result["not_queued"]:
         print(f"  - {refusal['node']}: {refusal['reason']}", file=out)
     print(result["note"], file=out)
+
+
+def _breakers(data: dict, out: TextIO) -> None:
+    breaker = data["breaker"]
+    state = (
+        f"OPEN since {_when(breaker['tripped']['at'])}: {breaker['tripped']['reason']}" if breaker["open"] else "closed"
+    )
+    print(f"cluster {data['cluster']}: breaker {state}", file=out)
+    print(
+        f"  failures in window: {breaker['failed_nodes']}/{breaker['verdicted_nodes']} nodes "
+        f"(trips at {breaker['policy']['max_failure_pct']}% of >= {breaker['policy']['min_verdicts']}, "
+        f"or {breaker['policy']['max_failures'] or '-'} nodes, in {breaker['policy']['window_h']} h)",
+        file=out,
+    )
+    for group, hold in data["capacity_holds"].items():
+        print(f"  capacity hold on {group} since {_when(hold['at'])}: {hold['reason']}", file=out)
+    budgets = data["replace_budget"]
+    rows = [["replace budget", "used", "limit", "window h"]]
+    rows += [
+        [scope, str(b["used"]), str(b["limit"]), str(b["window_h"])] for scope, b in [("cluster", budgets["cluster"])]
+    ]
+    rows += [[f"group {g}", str(b["used"]), str(b["limit"]), str(b["window_h"])] for g, b in budgets["groups"].items()]
+    table(rows, out)
+    if data["held_nodes"]:
+        rows = [["held node", "group", "held by", "reason"]]
+        rows += [[n["node"], n["group"], n["held_by"], n["reason"][:80]] for n in data["held_nodes"]]
+        table(rows, out)
+
+
+def _reset(result: dict, out: TextIO) -> None:
+    if not result["reset"]:
+        print(f"nothing reset: {result['message']}", file=out)
+        return
+    print(f"reset {result['scope']} on {result['cluster']}; {len(result['released'])} held node(s) released", file=out)
+    for node in result["released"]:
+        print(f"  + {node}", file=out)

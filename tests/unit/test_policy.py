@@ -83,3 +83,18 @@ def test_the_ladder_follows_recovery_and_max_attempts_unless_given():
     assert GroupPolicy(recovery=Recovery.REPLACE, max_attempts=3).steps() == ("replace",) * 3
     assert GroupPolicy(ladder=("reboot", "reboot", "replace"), max_attempts=2).steps() == ("reboot", "reboot")
     assert GroupPolicy(max_attempts=0).steps() == ()
+
+
+def test_the_stored_configuration_reads_back_to_the_same_policies():
+    raw = {
+        "defaults": {"max_attempts": 5, "replace_budget": {"max_nodes": 9}},
+        "groups": {"gpu": {"recovery": "replace"}},
+        "cluster_defaults": {"breaker": {"min_verdicts": 4}},
+        "cluster_overrides": {"prod": {"breaker": {"max_failures": 2}}},
+    }
+    config = parse_config(raw)
+    again = parse_config(config.model_dump(mode="json"))  # what the SSM parameter holds
+    assert again.policy_for("c", "gpu") == config.policy_for("c", "gpu")
+    assert again.policy_for("c", "gpu").max_attempts == 5, "an override must not reset the defaults it left out"
+    assert again.cluster_policy("prod") == config.cluster_policy("prod")
+    assert again.cluster_policy("prod").breaker.min_verdicts == 4

@@ -11,7 +11,7 @@ import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator, model_validator
 
 CHECK_TYPES = ("InstanceStress", "InstanceConnectivity", "MultiNodeTrainingValidation")
 GROUP_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
@@ -194,6 +194,12 @@ class ControllerConfig(_Strict):
             cluster, _, group = key.rpartition("/")
             self.policy_for(cluster or "*", group)
         return self
+
+    @field_serializer("groups", "cluster_overrides")
+    def _only_what_was_set(self, overrides: dict[str, BaseModel]) -> dict[str, Any]:
+        # An override names only what differs: dumping its defaults too would override the configured defaults
+        # once the Lambdas read the stored configuration back.
+        return {key: value.model_dump(mode="json", exclude_unset=True) for key, value in overrides.items()}
 
     def watches(self, cluster: str) -> bool:
         return self.clusters == "all" or cluster in self.clusters

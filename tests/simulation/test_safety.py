@@ -1,0 +1,118 @@
+"""The safety layer on the twin: a bad AMI trips the breaker, an operator resets it, dry-run acts on nothing."""
+
+from tests.simulation.conftest import BASE_CONFIG
+from tests.twin.report import build_report
+from tests.twin.scenario import Scenario
+from tests.twin.simulation import Twin
+
+FAST_CHECKS = {"InstanceStress": [1800, 2400]}
+OPERATOR = "arn:aws:iam::123456789012:user/operator"
+
+
+def run_twin(controller_template, raw: dict, after=None) -> tuple[dict, dict]:
+    """Run a scenario; `after(twin)` may act on the finished twin (API calls) before the report is built."""
+    scenario = Scenario.model_validate({"version": 1, **raw})
+    with Twin(scenario, controller_template, scenario.controller_config(BASE_CONFIG)) as twin:
+        wall = twin.run()
+        extra = after(twin) if after else {}
+        return build_report(twin, wall), extra
+
+
+def bad_ami(nodes: int) -> dict:
+    return {
+        "name": "bad-ami",
+        "seed": 21,
+        "horizon_s": 12 * 3600,
+        "cluster": {"name": "badami", "node_recovery": "None"},
+        "groups": [{"name": "p5", "count": nodes, "arrival": {"start_s": 0, "spread_s": 2 * 3600}}],
+        # Every instance fails, replacements included: what a bad AMI or driver does to a fleet.
+        "hardware": {"persistent_fault_rate": 1.0, "replacement_fault_rate": 1.0},
+        "check_duration_s": FAST_CHECKS,
+        "policy": {
+            "defaults": {"gather_window_s": 120, "replace_budget": {"max_pct": 25}},
+            "cluster_defaults": {"breaker": {"max_failure_pct": 50, "min_verdicts": 6, "window_h": 6}},
+        },
+    }
+
+
+def test_a_bad_ami_trips_the_breaker_which_stops_every_action_until_an_operator_resets_it(controller_template):
+    def inspect(twin):
+        status, breakers = twin.api("GET", "/clusters/badami/breakers")
+        assert status == 200
+        alerts = twin.notifications()
+        return {"breakers": breakers, "alerts": alerts, "actions": list(twin.sim.actions)}
+
+    report, seen = run_twin(controller_template, bad_ami(16), after=inspect)
+    breakers, alerts = seen["breakers"], seen["alerts"]
+
+    assert breakers["breaker"]["open"], "every node failing must trip the breaker"
+    tripped_at = breakers["breaker"]["tripped"]["at"]
+    trips = [a for a in alerts if a["attributes"]["kind"] == "breaker-tripped"]
+    assert len(trips) == 1 and "systemic failure" in trips[0]["message"]["reason"]
+    controller = [(t, kind) for t, kind, _, actor in seen["actions"] if actor == "controller"]
+    assert controller, "actions ran before the threshold was reached"
+    assert all(t <= tripped_at for t, _ in controller), "no reboot or replacement after the breaker tripped"
+    group, cluster = breakers["replace_budget"]["groups"]["p5"], breakers["replace_budget"]["cluster"]
+    assert group["used"] <= group["limit"] and cluster["used"] <= cluster["limit"], "replacements within budget"
+    assert report["actions"]["replace"] == group["used"]
+    held = {n["node"] for n in breakers["held_nodes"] if n["held_by"] == "breaker"}
+    assert held, "failed nodes wait, with their verdict, for an operator"
+    assert report["actions"]["conflicting"] == 0
+
+
+def test_an_operator_reset_releases_the_held_nodes_and_the_breaker_does_not_retrip_on_old_failures(
+    controller_template,
+):
+    def reset_and_continue(twin):
+        status, _ = twin.api(
+            "POST", "/clusters/badami/breakers/reset", {"scope": "cluster", "reason": "x\u0000"}, principal=OPERATOR
+        )
+        assert status == 422, "control characters are not a reason"
+        before = len([a for a in twin.sim.actions if a[3] == "controller"])
+        status, result = twin.api(
+            "POST",
+            "/clusters/badami/breakers/reset",
+            {"scope": "cluster", "reason": "AMI rolled back"},
+            principal=OPERATOR,
+        )
+        assert status == 200 and result["reset"] and result["released"]
+        twin.run_until(lambda: False, horizon_s=2 * 3600)
+        _, again = twin.api("POST", "/clusters/badami/breakers/reset", {"scope": "cluster", "reason": "twice"})
+        _, breakers = twin.api("GET", "/clusters/badami/breakers")
+        return {
+            "released": result["released"],
+            "acted_after_reset": len([a for a in twin.sim.actions if a[3] == "controller"]) - before,
+            "second_reset": again,
+            "breakers": breakers,
+            "alerts": twin.notifications(),
+        }
+
+    _, seen = run_twin(controller_template, {**bad_ami(8), "horizon_s": 8 * 3600}, after=reset_and_continue)
+    assert seen["acted_after_reset"] >= 1, "released nodes are recovered after the reset"
+    assert seen["breakers"]["resets"][-1]["by"] == OPERATOR
+    assert seen["breakers"]["resets"][-1]["reason"] == "AMI rolled back"
+    kinds = [a["attributes"]["kind"] for a in seen["alerts"]]
+    assert "breaker-reset" in kinds
+
+
+def test_dry_run_decides_and_records_but_never_checks_or_acts(controller_template):
+    raw = {
+        "name": "dry-run",
+        "seed": 4,
+        "horizon_s": 6 * 3600,
+        "cluster": {"name": "shadow", "node_recovery": "None"},
+        "groups": [{"name": "p5", "count": 6, "arrival": {"start_s": 0, "spread_s": 1800}}],
+        "hardware": {"transient_fault_rate": 0.5},
+        "check_duration_s": FAST_CHECKS,
+        "policy": {"defaults": {"dry_run": True}},
+    }
+
+    def inspect(twin):
+        return {"alerts": twin.notifications(), "records": twin.records("shadow")}
+
+    report, seen = run_twin(controller_template, raw, after=inspect)
+    assert report["api_calls"].get("StartClusterHealthCheck", 0) == 0
+    assert report["actions"]["reboot"] == report["actions"]["replace"] == 0
+    assert {r.state.value for r in seen["records"].values() if r.group == "p5"} == {"shadowed"}
+    assert all("dry-run: would start" in r.history[-1].reason for r in seen["records"].values() if r.group == "p5")
+    assert any(a["attributes"]["kind"] == "dry-run" for a in seen["alerts"])
