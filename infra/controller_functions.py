@@ -106,6 +106,9 @@ FUNCTIONS: Mapping[str, FunctionSpec] = {
         lists_clusters=True,
     ),
 }
+# Exactly the DynamoDB calls of the code (adapters/node_table.py), instead of grant_read_write_data's twelve
+# actions (Scan, Batch*, stream reads...); tests/infra/test_security.py fails when code and grant drift apart.
+TABLE_ACTIONS = ("dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem")
 # The state machine's Task states, in the order of the ASL placeholders (`${<Id>FunctionArn}`).
 ROUND_TASKS = ("ClaimRound", "StartCheck", "PollCheck", "RecoverNodes", "FinishRound")
 # The functions that start check rounds (ROUND_STATE_MACHINE_ARN, states:StartExecution/DescribeExecution).
@@ -249,6 +252,8 @@ class ControllerFunction(lambda_.Function):
             retry_attempts=2 if invoked_async else None,
         )
         self.failed_invocations = failed
+        if failed is not None:
+            failed.grant_send(role)  # Lambda sends to the (KMS-encrypted) on-failure queue with this role
         acknowledge_wildcard_resource(
             role,
             "*",
@@ -309,7 +314,7 @@ class ControllerFunctions(Construct):
                 description=spec.description,
                 invoked_async=spec.invoked_async,
             )
-            table.grant_read_write_data(function)
+            table.grant(function, *TABLE_ACTIONS)
             config_parameter.grant_read(function)
             grant_cluster_access(
                 self,

@@ -15,6 +15,14 @@ class NodesTable(ddb.TableV2):
             partition_key=ddb.Attribute(name="pk", type=ddb.AttributeType.STRING),
             sort_key=ddb.Attribute(name="sk", type=ddb.AttributeType.STRING),
             billing=ddb.Billing.on_demand(),
+            # Encrypted at rest with KMS, under the AWS managed key `aws/dynamodb`, on purpose: only DynamoDB may
+            # use it, for principals of this account (its key policy: kms:ViaService + kms:CallerAccount), every
+            # use is in CloudTrail, and AWS rotates it. Access is decided by IAM: the functions' roles hold only
+            # the five item actions on this table. A customer-managed key would have to outlive the stack with
+            # the retained table (a deleted or disabled key makes the node history unreadable), and every role
+            # would need DynamoDB's wildcard key actions (kms:GenerateDataKey*, kms:ReEncrypt*), which this stack
+            # keeps out of its policies; the table holds node states and verdicts, no secrets. Asserted by
+            # tests/infra/test_security.py.
             encryption=ddb.TableEncryptionV2.aws_managed_key(),
             point_in_time_recovery_specification=ddb.PointInTimeRecoverySpecification(
                 point_in_time_recovery_enabled=True

@@ -30,7 +30,8 @@ from infra.notifications import alarm_name
 PERIOD = Duration.minutes(5)
 VERDICTS = ("passed", "failed", "replaced-by-hyperpod", "skipped", "inconclusive", "gone")
 RECOVERY_METRICS = ("RebootRequests", "ReplaceRequests", "NodesRecovered")
-BAD_INPUT_METRICS = ("MalformedEvents", "IgnoredEvents")
+# Intake drops (tests/integration/test_bad_input_corpus.py) and the operator API's 4xx answers.
+BAD_INPUT_METRICS = ("MalformedEvents", "ForeignEvents", "IgnoredEvents", "RejectedRequests")
 THROTTLED_THRESHOLD = 10  # throttled AWS calls (after botocore's retries) in one 5-minute period
 WIDTH = 8  # three widgets per row of 24
 

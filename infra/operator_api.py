@@ -33,6 +33,8 @@ ROUTES: tuple[tuple[str, str], ...] = (
     ("GET", "/clusters/{cluster}/nodes"),
     ("GET", "/clusters/{cluster}/nodes/{node}"),
     ("POST", "/clusters/{cluster}/checks"),
+    ("GET", "/clusters/{cluster}/breakers"),
+    ("POST", "/clusters/{cluster}/breakers/reset"),
 )
 
 F = apigw.AccessLogField

@@ -25,6 +25,8 @@ EXPECTED_ROUTES = {
     ("GET", "/clusters/{cluster}/nodes"),
     ("GET", "/clusters/{cluster}/nodes/{node}"),
     ("POST", "/clusters/{cluster}/checks"),
+    ("GET", "/clusters/{cluster}/breakers"),
+    ("POST", "/clusters/{cluster}/breakers/reset"),
 }
 
 
@@ -116,9 +118,9 @@ def test_api_outputs(template_json: dict[str, Any]) -> None:
 
 
 def test_topic_is_encrypted_with_a_rotating_customer_key(template_json: dict[str, Any]) -> None:
-    key, key_props = one(template_json, "AWS::KMS::Key")
     _, topic = one(template_json, "AWS::SNS::Topic")
-    assert topic["KmsMasterKeyId"] == {"Fn::GetAtt": [key, "Arn"]}
+    key = topic["KmsMasterKeyId"]["Fn::GetAtt"][0]  # its own key (the dead-letter queues have another)
+    key_props = resources(template_json, "AWS::KMS::Key")[key]["Properties"]
     assert key_props["EnableKeyRotation"] is True
     services = {
         s["Principal"]["Service"]: s for s in key_props["KeyPolicy"]["Statement"] if "Service" in s.get("Principal", {})
@@ -144,8 +146,8 @@ def test_topic_denies_plain_http_and_lets_only_this_stacks_alarms_publish(templa
 
 
 def test_every_function_may_publish_and_knows_the_topic(template_json: dict[str, Any]) -> None:
-    topic, _ = one(template_json, "AWS::SNS::Topic")
-    key, _ = one(template_json, "AWS::KMS::Key")
+    topic, topic_props = one(template_json, "AWS::SNS::Topic")
+    key = topic_props["KmsMasterKeyId"]["Fn::GetAtt"][0]
     assert template_json["Outputs"]["NotificationsTopicArn"]["Value"] == {"Ref": topic}
     for name, props in functions(template_json).items():
         assert props["Environment"]["Variables"]["NOTIFICATIONS_TOPIC_ARN"] == {"Ref": topic}, name
@@ -155,6 +157,7 @@ def test_every_function_may_publish_and_knows_the_topic(template_json: dict[str,
             for a in as_list(s["Action"])
             if a.startswith(("sns:", "kms:"))
             for r in as_list(s["Resource"])
+            if render(r) in (f"<{topic}>", f"<{key}.Arn>")
         }
         key_arn = f"<{key}.Arn>"
         assert granted == {("sns:Publish", f"<{topic}>"), ("kms:GenerateDataKey", key_arn), ("kms:Decrypt", key_arn)}

@@ -6,6 +6,7 @@ import pytest
 
 from deephealth.domain.nodes import NodeState
 from tests.conftest import load_event
+from tests.corpus import localize
 from tests.fakes.hyperpod import GroupSpec
 
 CONFIG = {"clusters": ["demo"], "defaults": {"gather_window_s": 600}}
@@ -13,7 +14,7 @@ CONFIG = {"clusters": ["demo"], "defaults": {"gather_window_s": 600}}
 
 def _lifecycle_event(fake, lid, eid, state="Succeeded"):
     node = fake.node("demo", lid)
-    event = copy.deepcopy(load_event("cluster_event_lifecycle_started.json"))
+    event = localize(copy.deepcopy(load_event("cluster_event_lifecycle_started.json")))
     d = event["detail"]["EventDetails"]
     d.update(
         ClusterName="demo",
@@ -48,10 +49,22 @@ def test_malformed_events_are_dropped_with_a_reason_not_retried(harness, event):
 
 @pytest.mark.controller_config(CONFIG)
 def test_unknown_cluster_and_detail_type_are_ignored(harness):
-    other = load_event("cluster_event_instance_provisioned.json")  # cluster "sample-cluster" is not configured
+    other = localize(load_event("cluster_event_instance_provisioned.json"))  # "sample-cluster" is not configured
     assert harness.invoke(harness.intake_arn, other)["outcome"].startswith("ignored")
     odd = {**other, "detail-type": "SageMaker HyperPod Something New"}
     assert harness.invoke(harness.intake_arn, odd)["outcome"].startswith("ignored")
+
+
+@pytest.mark.controller_config({"clusters": "all"})
+def test_events_of_another_account_or_region_are_never_acted_on(harness, fake):
+    fake.create_cluster("sample-cluster", [GroupSpec("p5-workers")])
+    sample = load_event("cluster_event_instance_provisioned.json")  # account 111122223333, us-west-2
+    assert harness.invoke(harness.intake_arn, sample)["outcome"] == "foreign"
+    assert harness.invoke(harness.intake_arn, localize(sample, region="eu-west-1"))["outcome"] == "foreign"
+    local = localize(sample)
+    local["detail"]["EventDetails"]["ClusterArn"] = "arn:aws:sagemaker:us-east-1:999999999999:cluster/abcdef123456"
+    assert harness.invoke(harness.intake_arn, local)["outcome"] == "foreign"
+    assert not harness.records("sample-cluster") and fake.calls["DescribeClusterNode"] == 0
 
 
 @pytest.mark.controller_config(CONFIG)

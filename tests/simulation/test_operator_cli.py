@@ -75,3 +75,15 @@ def test_check_queues_then_refuses_a_duplicate_and_bad_input_exits_2(api, capsys
     assert code == 2 and "HTTP 422" in out
     code, _ = _run(capsys, "history", "nope", "n1", *ep)
     assert code == 2
+
+
+def test_breakers_shows_budgets_and_a_reset_of_a_closed_breaker_changes_nothing(api, capsys):
+    _, ep = api
+    code, out = _run(capsys, "breakers", "cli", *ep)
+    assert code == 0 and "breaker closed" in out and "group p5" in out
+    code, out = _run(capsys, "breakers", "cli", "--json", *ep)
+    assert code == 0 and _json(out)["replace_budget"]["groups"]["p5"]["limit"] == 1  # 25 % of 4 nodes
+    code, out = _run(capsys, "reset-breaker", "cli", "--reason", "drill", *ep)
+    assert code == 0 and "nothing reset: the breaker is not open" in out
+    code, out = _run(capsys, "reset-breaker", "cli", "--group", "bad group!", "--reason", "drill", *ep)
+    assert code == 2 and "HTTP 422" in out

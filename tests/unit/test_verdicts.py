@@ -1,6 +1,8 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState, Verdict
+from deephealth.domain.nodes import FAILURE_STATUSES, NodeRecord, NodeSnapshot, NodeState, Verdict
 from deephealth.domain.verdicts import SKIP_GRACE_S, judge_check
 
 T0 = 1_000_000.0
@@ -55,3 +57,72 @@ def test_decision_table(record, snapshot, log_error, elapsed, expected):
 def test_never_seen_in_progress_is_not_a_pass():
     judgement = judge_check(checking(), snap(), None, T0 + 4 * 3600, TIMEOUT)
     assert judgement.verdict == Verdict.SKIPPED
+
+
+# ---------------------------------------------------------------- properties of the decision table
+
+IDS = st.sampled_from([None, "i-0000000000000000a", "i-0000000000000000b"])
+STATUSES = st.sampled_from(
+    ["Running", "DeepHealthCheckInProgress", "Pending", "ShuttingDown", "Failure", "SystemUpdating", "NotFound"]
+) | st.text(max_size=20)
+RECORDS = st.builds(
+    checking,
+    instance_id=IDS,
+    seen_in_progress=st.booleans(),
+    observe_only=st.booleans(),
+    check_started_at=st.none() | st.floats(T0 - 30_000, T0),
+)
+SNAPSHOTS = st.none() | st.builds(snap, status=STATUSES, instance_id=IDS)
+LOG_ERRORS = st.none() | st.just("") | st.text(max_size=400)
+
+
+def failure_evidence(record: NodeRecord, snapshot: NodeSnapshot, log_error: str | None) -> bool:
+    """What may make a node FAILED: an error line, ShuttingDown/Failure, or Pending after being seen in the check."""
+    return (
+        bool(log_error)
+        or snapshot.status in FAILURE_STATUSES
+        or (snapshot.status == "Pending" and record.seen_in_progress)
+    )
+
+
+@settings(max_examples=1000)
+@given(
+    record=RECORDS,
+    snapshot=SNAPSHOTS,
+    log_error=LOG_ERRORS,
+    elapsed=st.floats(0, 30_000),
+    timeout=st.floats(600, 21_600),
+)
+def test_decision_table_properties(record, snapshot, log_error, elapsed, timeout):
+    judgement = judge_check(record, snapshot, log_error, T0 + elapsed, timeout)
+    verdict = judgement.verdict if judgement else None
+    if judgement is not None:
+        assert judgement.evidence and all(judgement.evidence), "every verdict carries its evidence"
+    if snapshot is None:
+        assert verdict == Verdict.GONE, "a node no longer listed is gone, whatever else is known"
+        return
+    replaced = bool(record.instance_id and snapshot.instance_id and snapshot.instance_id != record.instance_id)
+    assert (verdict == Verdict.REPLACED_BY_HYPERPOD) == replaced, "a changed instance id is always a replacement"
+    if replaced:
+        return
+    failing = failure_evidence(record, snapshot, log_error)
+    assert (verdict == Verdict.FAILED) == failing, "FAILED exactly when there is failure evidence"
+    if verdict == Verdict.PASSED:
+        assert record.seen_in_progress or record.observe_only, "never seen in the check is not a pass"
+        assert snapshot.status == "Running" and not log_error
+    if verdict in (Verdict.SKIPPED, Verdict.INCONCLUSIVE):
+        assert not failing, "missing evidence never comes with failure evidence"
+    if verdict == Verdict.SKIPPED:
+        assert not record.seen_in_progress and not record.observe_only
+
+
+@given(record=RECORDS, log_error=LOG_ERRORS, elapsed=st.floats(0, 30_000))
+def test_a_missing_snapshot_is_always_gone(record, log_error, elapsed):
+    assert judge_check(record, None, log_error, T0 + elapsed, TIMEOUT).verdict == Verdict.GONE
+
+
+@given(record=RECORDS, status=STATUSES, log_error=LOG_ERRORS, elapsed=st.floats(0, 30_000))
+def test_a_changed_instance_id_is_always_replaced_by_hyperpod(record, status, log_error, elapsed):
+    record = record.model_copy(update={"instance_id": "i-0000000000000000a"})
+    judgement = judge_check(record, snap(status, "i-0000000000000000b"), log_error, T0 + elapsed, TIMEOUT)
+    assert judgement.verdict == Verdict.REPLACED_BY_HYPERPOD

@@ -2,11 +2,16 @@
 
 Descriptions are free text and events arrive at least once and out of order, so an event is only ever a
 hint: the intake confirms the node's real state with the API before anything is decided.
+
+Names and ids are held to the SageMaker API's own patterns (botocore model), so a hostile or garbled
+value is a `MalformedEvent` here instead of a `ValidationException` (and a retry) in the API call later.
+`foreign_origin` tells an event of another account or region from one of ours; the intake drops those.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -15,8 +20,18 @@ NODE_HEALTH_EVENT = "SageMaker HyperPod Cluster Node Health Event"
 STATE_CHANGE_EVENT = "SageMaker HyperPod Cluster State Change"
 DETAIL_TYPES = (CLUSTER_EVENT, NODE_HEALTH_EVENT, STATE_CHANGE_EVENT)
 CLOSING_CLUSTER_STATUSES = frozenset({"Deleting", "Failed"})
+SOURCE = "aws.sagemaker"
+MAX_EVENT_ID = 128  # an event id becomes the trigger of the audit line and of the node's history entry
 
-_Name = Field(min_length=1, max_length=256)
+# The SageMaker API's patterns (botocore model shapes ClusterName, ClusterInstanceGroupName, ClusterNodeId,
+# ClusterNodeLogicalId, ClusterArn), anchored.
+NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
+INSTANCE_ID_PATTERN = r"^i-[a-f0-9]{8}(?:[a-f0-9]{9})?$"
+LOGICAL_ID_PATTERN = r"^[a-zA-Z0-9][a-zA-Z0-9-]{0,126}[a-zA-Z0-9]$"
+CLUSTER_ARN_PATTERN = r"^arn:aws[a-z-]*:sagemaker:[a-z0-9-]*:[0-9]{12}:cluster/[a-z0-9]{12}$"
+
+_Name = Field(max_length=63, pattern=NAME_PATTERN)
+_ClusterArn = Field(default=None, max_length=256, pattern=CLUSTER_ARN_PATTERN)
 
 
 class _Lenient(BaseModel):
@@ -24,7 +39,7 @@ class _Lenient(BaseModel):
 
 
 class InstanceMeta(_Lenient):
-    NodeLogicalId: str | None = Field(default=None, max_length=128)
+    NodeLogicalId: str | None = Field(default=None, max_length=128, pattern=LOGICAL_ID_PATTERN)
     LcsExecutionState: str | None = None
     FailureMessage: str | None = None
 
@@ -38,11 +53,12 @@ class InnerEventDetails(_Lenient):
 
 
 class ClusterEventDetails(_Lenient):
-    EventId: str | None = None
-    ClusterArn: str | None = None
+    EventId: str | None = Field(default=None, min_length=1, max_length=128)  # becomes the audit trigger
+    ClusterArn: str | None = _ClusterArn
     ClusterName: str = _Name
-    InstanceGroupName: str | None = Field(default=None, max_length=63)
-    InstanceId: str | None = Field(default=None, max_length=32)
+    InstanceGroupName: str | None = Field(default=None, max_length=63, pattern=NAME_PATTERN)
+    # Empty while the node is still provisioning (no EC2 instance yet).
+    InstanceId: str | None = Field(default=None, max_length=19, pattern=f"^$|{INSTANCE_ID_PATTERN}")
     ResourceType: str
     EventTime: int | float | None = None
     EventLevel: str | None = None
@@ -63,15 +79,15 @@ class HealthSummaryDetail(_Lenient):
 
 class NodeHealthDetail(_Lenient):
     ClusterName: str = _Name
-    ClusterArn: str | None = None
-    InstanceId: str = Field(min_length=1, max_length=32)
+    ClusterArn: str | None = _ClusterArn
+    InstanceId: str = Field(max_length=19, pattern=INSTANCE_ID_PATTERN)
     HealthSummary: HealthSummaryDetail | None = None
 
 
 class StateChangeDetail(_Lenient):
     ClusterName: str = _Name
-    ClusterArn: str | None = None
-    ClusterStatus: str
+    ClusterArn: str | None = _ClusterArn
+    ClusterStatus: str = Field(max_length=64)
 
 
 @dataclass(frozen=True)
@@ -85,6 +101,7 @@ class NodeSignal:
     instance_id: str | None = None
     logical_id: str | None = None
     unhealthy: bool = False
+    cluster_arn: str | None = field(default=None, compare=False)  # provenance, checked by `foreign_origin`
 
 
 @dataclass(frozen=True)
@@ -95,6 +112,7 @@ class ClusterSignal:
     event_id: str
     reason: str
     closing: bool = False
+    cluster_arn: str | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -107,6 +125,8 @@ class MalformedEvent(ValueError):
 
 
 def classify(detail_type: str, detail: object, event_id: str) -> NodeSignal | ClusterSignal | Ignored:
+    if not isinstance(event_id, str) or not 0 < len(event_id) <= MAX_EVENT_ID:
+        raise MalformedEvent(f"id: must be a string of 1-{MAX_EVENT_ID} characters")
     try:
         if detail_type == CLUSTER_EVENT:
             return _cluster_event(ClusterEventDetail.model_validate(detail).EventDetails, event_id)
@@ -118,8 +138,9 @@ def classify(detail_type: str, detail: object, event_id: str) -> NodeSignal | Cl
                 cluster=health.ClusterName,
                 event_id=event_id,
                 instance_id=health.InstanceId,
-                reason=f"health {status}: {summary.HealthStatusReason or ''}".strip(),
+                reason=f"health {status[:50]}: {(summary.HealthStatusReason or '')[:300]}".strip(),
                 unhealthy=status.lower() == "unhealthy",
+                cluster_arn=health.ClusterArn,
             )
         if detail_type == STATE_CHANGE_EVENT:
             change = StateChangeDetail.model_validate(detail)
@@ -128,9 +149,10 @@ def classify(detail_type: str, detail: object, event_id: str) -> NodeSignal | Cl
                 event_id=event_id,
                 reason=f"cluster {change.ClusterStatus}",
                 closing=change.ClusterStatus in CLOSING_CLUSTER_STATUSES,
+                cluster_arn=change.ClusterArn,
             )
     except ValidationError as err:
-        raise MalformedEvent(_describe(err)) from None
+        raise MalformedEvent(describe(err)) from None
     return Ignored(f"unknown detail-type {detail_type[:100]!r}")
 
 
@@ -150,11 +172,37 @@ def _cluster_event(d: ClusterEventDetails, event_id: str) -> NodeSignal | Cluste
             group=d.InstanceGroupName,
             instance_id=d.InstanceId or None,
             logical_id=meta.NodeLogicalId,
+            cluster_arn=d.ClusterArn,
         )
     if d.ResourceType in ("Cluster", "InstanceGroup"):
-        return ClusterSignal(cluster=d.ClusterName, event_id=eid, reason=description)
+        return ClusterSignal(cluster=d.ClusterName, event_id=eid, reason=description, cluster_arn=d.ClusterArn)
     return Ignored(f"unknown ResourceType {d.ResourceType[:50]!r}")
 
 
-def _describe(err: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors()[:5])
+def foreign_origin(
+    account: str, region: str, arns: Iterable[str | None], own_account: str | None, own_region: str | None
+) -> str | None:
+    """Why an event is not this controller's (another account or region), or None when it is.
+
+    `account`/`region` come from the EventBridge envelope, `arns` from its `resources` and the detail's
+    `ClusterArn`. Our own account/region come from the function's ARN; an unknown one is not compared.
+    """
+    if own_account and account != own_account:
+        return f"envelope account {account[:20]!r} is not this account"
+    if own_region and region != own_region:
+        return f"envelope region {region[:30]!r} is not this region"
+    for arn in arns:
+        parts = arn.split(":", 5) if isinstance(arn, str) and arn.startswith("arn:") else []
+        if len(parts) < 6:
+            continue  # not an ARN: nothing to compare (ClusterArn itself is validated by the models)
+        arn_region, arn_account = parts[3], parts[4]
+        if own_account and arn_account and arn_account != own_account:
+            return f"{arn[:200]!r} names another account"
+        if own_region and arn_region and arn_region != own_region:
+            return f"{arn[:200]!r} names another region"
+    return None
+
+
+def describe(err: ValidationError) -> str:
+    """The first errors as `location: message`, without the offending input (it may be huge or hostile)."""
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc']) or '(top level)'}: {e['msg']}" for e in err.errors()[:5])

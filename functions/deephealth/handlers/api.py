@@ -1,18 +1,21 @@
 """Api: the operators' REST API behind API Gateway (IAM/SigV4 auth on every route)."""
 
+import binascii
 from typing import Annotated
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
+from aws_lambda_powertools.event_handler.openapi.exceptions import RequestValidationError
 from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 from aws_lambda_powertools.logging import correlation_paths
 
 from deephealth import settings
-from deephealth.domain.errors import ClusterNotFound
+from deephealth.domain.errors import ClusterNotFound, StaleRecord
 from deephealth.domain.nodes import NodeState
 from deephealth.domain.on_demand import NODE_REF_PATTERN, CheckRequest
 from deephealth.domain.policy import GROUP_NAME_PATTERN
-from deephealth.observability import logger, metrics
+from deephealth.domain.safety import BreakerReset
+from deephealth.observability import MetricUnit, logger, metrics
 from deephealth.wiring import build_controller
 
 SETTINGS = settings.load(settings.ApiSettings)
@@ -62,9 +65,91 @@ def request_checks(cluster: Cluster, request: CheckRequest) -> Response[dict]:
     return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=result)
 
 
+@app.get("/clusters/<cluster>/breakers", summary="Breaker, bad-capacity holds, replacement budgets and held nodes")
+def get_breakers(cluster: Cluster) -> dict:
+    return CONTROLLER.breakers_view(cluster)
+
+
+@app.post("/clusters/<cluster>/breakers/reset", summary="Close the cluster breaker or lift a group's capacity hold")
+def reset_breaker(cluster: Cluster, request: BreakerReset) -> dict:
+    principal = app.current_event.request_context.identity.user_arn or "unknown principal"
+    trigger = f"api:{app.current_event.request_context.request_id}:{principal}"
+    return CONTROLLER.reset_breaker(cluster, request.scope, principal, request.reason, trigger)
+
+
+@app.exception_handler(StaleRecord)
+def _changed_concurrently(err: StaleRecord) -> Response:
+    _rejected(409, f"changed concurrently: {err}")
+    return _error(409, "changed concurrently; retry")
+
+
 @app.exception_handler(ClusterNotFound)
 def _cluster_not_found(err: ClusterNotFound) -> Response:
+    _rejected(404, str(err))
     return _error(404, str(err))
+
+
+@app.exception_handler(NotFoundError)
+def _not_found(err: NotFoundError) -> Response:
+    """An unknown node (raised by a route) or no route for the method and path (raised by the resolver)."""
+    event = app.current_event
+    message = err.msg if err.msg and err.msg != "Not found" else f"no route for {event.http_method[:10]} {event.path}"
+    _rejected(404, message[:300])
+    return _error(404, message[:300])
+
+
+@app.exception_handler([RecursionError, binascii.Error, UnicodeDecodeError])
+def _undecodable_body(err: Exception) -> Response:
+    """A body Powertools cannot decode (bad base64, not UTF-8, JSON nested deeper than the recursion limit).
+
+    These escape Powertools' own JSON error handling and would end the invocation (a 502 in API Gateway).
+    """
+    _rejected(422, f"body cannot be decoded: {type(err).__name__}: {str(err)[:200]}")
+    return Response(
+        status_code=422,
+        content_type=content_types.APPLICATION_JSON,
+        body={"statusCode": 422, "detail": [{"loc": ["body"], "type": "json_invalid"}]},
+    )
+
+
+MAX_VALIDATION_ERRORS = 20  # a 3,000-item body can fail 3,000 times: the first ones say what is wrong
+
+
+@app.exception_handler(RequestValidationError)
+def _invalid_request(err: RequestValidationError) -> Response:
+    """422 with Powertools' validation detail (`loc`, `type`; no message, no input echoed), logged and counted."""
+    errors = list(err.errors())
+    first = errors[:MAX_VALIDATION_ERRORS]
+    detail = [{"loc": [_short(p) for p in e.get("loc", ())], "type": e.get("type")} for e in first]
+    reasons = "; ".join(
+        f"{'.'.join(str(p) for p in d['loc'])}: {str(e.get('msg', ''))[:200]}"
+        for d, e in zip(detail, first, strict=True)
+    )
+    _rejected(422, f"{len(errors)} validation error(s): {reasons}")
+    return Response(
+        status_code=422, content_type=content_types.APPLICATION_JSON, body={"statusCode": 422, "detail": detail}
+    )
+
+
+def _short(part: object) -> object:
+    """A `loc` element; a key the caller made up (extra="forbid") is cut, so a 1 MB key is not echoed back."""
+    return part if isinstance(part, int) else str(part)[:100]
+
+
+def _rejected(status: int, reason: str) -> None:
+    """Every 4xx answer: one warning line with the reason, and the `RejectedRequests` metric."""
+    event = app.current_event
+    logger.warning(
+        "request rejected",
+        extra={
+            "status": status,
+            "reason": reason[:1000],
+            "method": event.http_method[:10],
+            "path": event.path[:200],
+            "principal": event.request_context.identity.user_arn,
+        },
+    )
+    metrics.add_metric(name="RejectedRequests", unit=MetricUnit.Count, value=1)
 
 
 def _error(status: int, message: str) -> Response:
