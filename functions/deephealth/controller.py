@@ -15,9 +15,19 @@ from deephealth.adapters.node_table import NodeTable
 from deephealth.adapters.notifications import Notifier
 from deephealth.adapters.result_logs import ResultLogs
 from deephealth.adapters.round_starter import RoundStarter
-from deephealth.domain.errors import ClusterNotFound, LeaseLost, StaleRecord
+from deephealth.domain.errors import ClusterBusy, ClusterNotFound, LeaseLost, StaleRecord
 from deephealth.domain.events import ClusterSignal, Ignored, NodeSignal
-from deephealth.domain.nodes import IN_PROGRESS, RUNNING, Action, Decision, NodeRecord, NodeState, Verdict, transition
+from deephealth.domain.nodes import (
+    IN_PROGRESS,
+    RUNNING,
+    Action,
+    Decision,
+    NodeRecord,
+    NodeSnapshot,
+    NodeState,
+    Verdict,
+    transition,
+)
 from deephealth.domain.observe import GroupContext, Observation, close_out, mark_unhealthy, observe
 from deephealth.domain.on_demand import JOBS_NOTE, CheckRequest, due_for_revalidation, find, request_checks
 from deephealth.domain.policy import ControllerConfig
@@ -57,6 +67,7 @@ class ClusterView:
     info: ClusterInfo
     groups: dict[str, GroupContext]
     records: dict[str, NodeRecord] = field(default_factory=dict)
+    snapshots: dict[str, NodeSnapshot] = field(default_factory=dict)  # set by observe_cluster
 
 
 class Controller:
@@ -178,7 +189,9 @@ class Controller:
         """One paginated ListClusterNodes pass (+ one result-log query if a check ended) folded into records."""
         view = self._view(cluster, fresh=fresh)
         snapshots = {s.key: s for s in self.hyperpod.list_nodes(cluster) if s.key}
-        checking = [r for r in view.records.values() if r.state == NodeState.CHECKING]
+        view.snapshots = snapshots
+        # Claimed nodes whose check has not started yet have not left anything: no result-log query for them.
+        checking = [r for r in view.records.values() if r.state == NodeState.CHECKING and r.check_started_at]
         left = [r for r in checking if (s := snapshots.get(r.key)) is None or s.status != IN_PROGRESS]
         log_errors = None
         if left:
@@ -399,9 +412,22 @@ class Controller:
 
     def start_check(self, state: RoundState) -> RoundState:
         now = self._renew(state)
-        view = self._view(state.cluster)
-        snapshots = {s.key: s for s in self.hyperpod.list_nodes(state.cluster) if s.key}
+        # Observing (not just listing) judges nodes still in the check of a round that died mid-check.
+        view = self.observe_cluster(state.cluster, state.round_id)
+        snapshots = view.snapshots
         members = self._members(view, state.round_id)
+        ours = {r.key for r in members}
+        elsewhere = [
+            key
+            for key, s in snapshots.items()
+            if s.status == IN_PROGRESS
+            and key not in ours
+            and (ctx := view.groups.get(s.group)) is not None
+            and not ctx.observe_only  # HyperPod's on-start checks are not on-demand checks
+        ]
+        if elsewhere:
+            # An on-demand check is still active (a dead round's, or an operator's): asking now is only refused.
+            raise ClusterBusy(f"{len(elsewhere)} node(s) of {state.cluster} are in a check this round did not start")
         ready, unready, already = [], [], []
         for r in members:
             s = snapshots.get(r.key)

@@ -59,7 +59,11 @@ class Action(StrEnum):
 RUNNING = "Running"
 IN_PROGRESS = "DeepHealthCheckInProgress"
 DOWN_STATUSES = frozenset({"ShuttingDown", "Failure", "Pending", "NotFound"})
-FAILURE_STATUSES = frozenset({"ShuttingDown", "Failure"})
+FAILURE_STATUSES = frozenset({"Failure"})
+# Someone (HyperPod's own recovery, its health agent, an operator) is rebooting or replacing the node right now.
+BEING_RECOVERED_STATUSES = frozenset({"ShuttingDown", "Pending"})
+# Statuses a reboot or replacement may be requested in (HyperPod refuses the others: InvalidInstanceStatus).
+ACTIONABLE_STATUSES = frozenset({RUNNING, "Failure"})
 
 
 class NodeSnapshot(BaseModel):

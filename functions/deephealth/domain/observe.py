@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from deephealth.domain.nodes import (
+    BEING_RECOVERED_STATUSES,
     FINAL_STATES,
     IN_PROGRESS,
     RUNNING,
@@ -141,7 +142,8 @@ def observe(
                 action=Action.HYPERPOD,
                 action_at=obs.now,
             )
-        if record.action == Action.AWAIT_HYPERPOD and snapshot.status in ("Pending", "ShuttingDown"):
+        if snapshot.status in BEING_RECOVERED_STATUSES:
+            # Never fight HyperPod: whoever took the node down (HyperPod's recovery, an operator) owns this action.
             return transition(
                 record,
                 obs.now,

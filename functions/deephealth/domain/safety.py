@@ -9,6 +9,8 @@ too many nodes at once. Before any reboot or replacement, `gate_recovery` applie
 3. **dry-run**: decide and record, never act;
 4. the **replacement budgets** of the group and the cluster (absolute and percentage per rolling window);
 5. the group's **out-of-service cap**: the share of the group the controller may hold out of service.
+A node whose last seen status is neither Running nor Failure is being acted on by someone else (HyperPod's
+recovery, an operator): it waits a few minutes instead of getting a conflicting request.
 Held nodes keep their verdict and stay `recovery_due` with `held_by` saying why; breaker and capacity holds
 stay until an operator resets them, budget and capacity-cap holds until the window or the cap frees up.
 """
@@ -21,7 +23,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from deephealth.domain.nodes import Action, Decision, NodeRecord, NodeState, Verdict, transition
+from deephealth.domain.nodes import ACTIONABLE_STATUSES, Action, Decision, NodeRecord, NodeState, Verdict, transition
 from deephealth.domain.observe import GroupContext
 from deephealth.domain.policy import GROUP_NAME_PATTERN, BadCapacity, Breaker, Budget, ClusterPolicy
 from deephealth.domain.recovery import FAILING, due_action, plan_recovery
@@ -31,8 +33,10 @@ HOLD_CAPACITY = "bad-capacity"
 HOLD_GROUP_BUDGET = "replace-budget:group"
 HOLD_CLUSTER_BUDGET = "replace-budget:cluster"
 HOLD_OUT_OF_SERVICE = "out-of-service-cap"
+HOLD_NODE_BUSY = "node-busy"  # the node is not Running/Failure (someone else is acting on it): look again soon
 STICKY_HOLDS = frozenset({HOLD_BREAKER, HOLD_CAPACITY})  # only an operator's reset releases these
 OUT_OF_SERVICE_RETRY_S = 600  # a node held by the out-of-service cap is looked at again after this
+NODE_BUSY_RETRY_S = 300
 RESET_LIMIT = 20
 
 
@@ -274,6 +278,8 @@ def gate_recovery(
         hold = None
         if state.breaker is not None:
             hold = (HOLD_BREAKER, None, f"breaker open: {state.breaker.reason}")
+        elif r.status is not None and r.status not in ACTIONABLE_STATUSES:
+            hold = (HOLD_NODE_BUSY, now + NODE_BUSY_RETRY_S, f"node is {r.status}: another action is in flight")
         elif action == Action.REPLACE and r.group in state.capacity_holds:
             hold = (HOLD_CAPACITY, None, state.capacity_holds[r.group].reason)
         elif action == Action.REPLACE and (b := group_budgets[r.group])["used"] >= b["limit"]:
@@ -309,7 +315,8 @@ def gate_recovery(
                     not_before=until if until is not None else r.not_before,
                 )
             )
-        if held_by not in STICKY_HOLDS and (r.group, held_by) not in held_groups and r.held_by != held_by:
+        quiet = held_by in STICKY_HOLDS or held_by == HOLD_NODE_BUSY  # sticky holds alerted when they tripped
+        if not quiet and (r.group, held_by) not in held_groups and r.held_by != held_by:
             held_groups.add((r.group, held_by))
             plan.alerts.append(
                 Alert("recovery-held", r.group, f"hyperpod-dhc: recovery held in {r.group}", {"reason": why})

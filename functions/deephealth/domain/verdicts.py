@@ -2,7 +2,8 @@
 
 HyperPod's API has no pass/fail field, so the verdict is inferred from what can be observed:
 - the node's status over time (`DeepHealthCheckInProgress` -> `Running` is a pass),
-- its instance id changing under the same `NodeLogicalId` (HyperPod replaced it),
+- its instance id changing under the same `NodeLogicalId` (HyperPod replaced it; `ShuttingDown` before that is
+  a replacement in flight, so the verdict waits for it),
 - an error line for the instance in the `DeepHealthCheckResults/*` log streams,
 - never being seen in progress (HyperPod skips nodes busy with a job for > 10 minutes).
 """
@@ -59,6 +60,8 @@ def judge_check(
     status = snapshot.status
     if status in FAILURE_STATUSES:
         return Judgement(Verdict.FAILED, (f"status {status} after the check started",))
+    # ShuttingDown is someone else's replacement in flight, not evidence about the check: its outcome shows
+    # as a new instance id (replaced-by-hyperpod) or the node disappearing (gone), or the timeout applies.
     if status == IN_PROGRESS:
         if elapsed > check_timeout_s:
             return Judgement(Verdict.INCONCLUSIVE, (f"still {IN_PROGRESS} {int(elapsed)} s after start (timeout)",))
