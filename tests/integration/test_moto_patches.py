@@ -32,6 +32,17 @@ def test_botocore_sleeps_through_its_endpoint_module_time():
     assert "time.sleep(handler_response)" in inspect.getsource(botocore.endpoint.Endpoint._needs_retry)
 
 
+def test_botocore_stubber_answers_every_request_through_its_call():
+    from botocore.handlers import BUILTIN_HANDLERS
+    from moto.core.botocore_stubber import BotocoreStubber, MockRawResponse
+    from moto.core.models import botocore_stubber
+
+    assert list(inspect.signature(BotocoreStubber.__call__).parameters) == ["self", "event_name", "request", "kwargs"]
+    assert ("before-send", botocore_stubber) in BUILTIN_HANDLERS, "moto answers requests as a before-send handler"
+    assert isinstance(botocore_stubber, BotocoreStubber) and hasattr(botocore_stubber, "enabled")
+    assert list(MockRawResponse(b"body").stream()) == [b"body"]
+
+
 def test_retrier_sleeps_through_its_module_time():
     assert "time.sleep(" in inspect.getsource(retrier_decl)
 

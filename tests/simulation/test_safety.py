@@ -1,6 +1,7 @@
 """The safety layer on the twin: a bad AMI trips the breaker, an operator resets it, dry-run acts on nothing."""
 
 from tests.simulation.conftest import BASE_CONFIG
+from tests.simulation.invariants import assert_invariants
 from tests.twin.report import build_report
 from tests.twin.scenario import Scenario
 from tests.twin.simulation import Twin
@@ -57,7 +58,9 @@ def test_a_bad_ami_trips_the_breaker_which_stops_every_action_until_an_operator_
     assert report["actions"]["replace"] == group["used"]
     held = {n["node"] for n in breakers["held_nodes"] if n["held_by"] == "breaker"}
     assert held, "failed nodes wait, with their verdict, for an operator"
-    assert report["actions"]["conflicting"] == 0
+    assert report["verdicts"]["held"] == len(held)
+    assert report["safety"]["breaker_open"] and report["safety"]["replace_budget"]["group p5"]["peak"] <= 4
+    assert_invariants(report)
 
 
 def test_an_operator_reset_releases_the_held_nodes_and_the_breaker_does_not_retrip_on_old_failures(
@@ -112,6 +115,8 @@ def test_dry_run_decides_and_records_but_never_checks_or_acts(controller_templat
 
     report, seen = run_twin(controller_template, raw, after=inspect)
     assert report["api_calls"].get("StartClusterHealthCheck", 0) == 0
+    assert report["verdicts"]["shadowed"] == 6
+    assert_invariants(report)
     assert report["actions"]["reboot"] == report["actions"]["replace"] == 0
     assert {r.state.value for r in seen["records"].values() if r.group == "p5"} == {"shadowed"}
     assert all("dry-run: would start" in r.history[-1].reason for r in seen["records"].values() if r.group == "p5")

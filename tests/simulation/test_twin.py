@@ -48,6 +48,10 @@ def test_the_twin_runs_the_synthesized_definition_byte_for_byte(controller_templ
         ({"check_duration_s": {"InstanceStress": [900, 100]}}, "check_duration_s"),
         ({"policy": {"defaults": {"mode": "sometimes"}}}, "policy: defaults.mode"),
         ({"version": 2}, "version"),
+        ({"faults": {"delayed_event_rate": 1.5}}, "faults.delayed_event_rate"),
+        ({"incidents": [{"kind": "earthquake"}]}, "incidents.0"),
+        ({"incidents": [{"kind": "lambda-crash", "function": "Reconcile"}]}, "incidents.0.lambda-crash.function"),
+        ({"incidents": [{"kind": "foreign-check", "group": "g5"}]}, "incidents.0.group"),
     ],
 )
 def test_bad_scenarios_exit_2_naming_the_key(tmp_path, capsys, change, named):
@@ -71,7 +75,7 @@ def test_simulate_json_prints_one_report_and_nothing_else(tmp_path):
         cwd=tmp_path,
     )
     report = json.loads(done.stdout)  # the whole of stdout is one JSON document
-    assert report["version"] == 1 and report["scenario"] == "tiny" and report["nodes"] == 3
+    assert report["version"] == 2 and report["scenario"] == "tiny" and report["nodes"] == 3
     assert set(report) >= {
         "verdicts",
         "actions",

@@ -3,7 +3,9 @@
 moto provides DynamoDB, SSM, CloudWatch Logs, Lambda (in-process, see `moto_patches`) and Step Functions
 (its ASL interpreter runs the deployed definition). The EventBridge rules are the synthesized patterns,
 evaluated with moto's own matcher; matching events go to the Intake function, and the schedule rule's
-Reconcile runs every `reconcile_every_s` of virtual time.
+Reconcile runs every `reconcile_every_s` of virtual time. With `asynchronous=True` (the twin) those two
+EventBridge targets are invoked as Lambda invokes asynchronously: a function error is retried twice, then
+the event is given up (counted, as a DLQ would hold it); explicit calls (`invoke`, `api`) always raise.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ TABLE_NAME = "hyperpod-dhc-nodes"
 CONFIG_PARAMETER_NAME = "/hyperpod-dhc/config"
 STEP_S = 60.0  # virtual time advances in steps of at most this, delivering events in between
 MOTO_CONFIG = {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
+# Lambda retries a failed asynchronous invocation twice: one minute, then two minutes later.
+ASYNC_RETRY_DELAYS_S = (60.0, 120.0)
+SCHEDULED_EVENT = {"source": "aws.events", "detail-type": "Scheduled Event"}
 
 
 class Harness:
@@ -41,6 +46,7 @@ class Harness:
         fake: FakeHyperPod,
         config: dict[str, Any] | None = None,
         reconcile_every_s: float | None = None,
+        asynchronous: bool = False,
     ) -> None:
         self.template = template
         self.fake = fake
@@ -58,6 +64,10 @@ class Harness:
         self.on_step: list[Callable[[float], None]] = []
         self._seq = itertools.count()
         self.closing = False
+        self.asynchronous = asynchronous
+        self.retried_invocations = 0  # asynchronous invocations retried after a function error
+        self.failed_invocations: list[dict] = []  # given up after the retries: {function, payload, error}
+        self._notifications: list[dict] = []  # read from the topic's queue so far
 
     # -- lifecycle -------------------------------------------------------------------------------
     def __enter__(self) -> Harness:
@@ -75,7 +85,7 @@ class Harness:
             mock.patch.dict(os.environ, twin_env),
             mock_aws(config=MOTO_CONFIG),
             install(self.fake),
-            moto_patches.patched(self.advance, self._retry_back_off),
+            moto_patches.patched(self.advance, self._retry_back_off, self._wrap_invocation),
             mock.patch("deephealth.adapters.clock.now", self.clock.now),
         ):
             cm.__enter__()
@@ -169,7 +179,7 @@ class Harness:
                     self.deliver(event)
                 if self.clock.now() >= self._next_reconcile:
                     self._next_reconcile = self.clock.now() + self.reconcile_every_s
-                    self.invoke(self.reconcile_arn, {"source": "aws.events", "detail-type": "Scheduled Event"})
+                    self.invoke_event(self.reconcile_arn, SCHEDULED_EVENT)
                 for callback in self.on_step:
                     callback(self.clock.now())
                 if remaining <= 0:
@@ -196,25 +206,65 @@ class Harness:
         """An EventBridge event: to Intake if any synthesized rule pattern matches it (as in AWS)."""
         if any(p.matches_event(event) for p in self.patterns):
             self.delivered.append(event)
-            self.invoke(self.intake_arn, event)
+            self.invoke_event(self.intake_arn, event)
         else:
             self.unmatched.append(event)
 
     def invoke(self, arn: str, payload: dict) -> dict:
-        response = self.lam.invoke(FunctionName=arn, Payload=json.dumps(payload).encode())
-        body = json.loads(response["Payload"].read() or b"null")
-        if response.get("FunctionError"):
+        """A synchronous invocation (a test's own call): a function error fails the caller."""
+        body, failed = self._call(arn, payload)
+        if failed:
             raise AssertionError(f"{arn} failed: {body}")
         return body
 
+    def invoke_event(self, arn: str, payload: dict, attempt: int = 0) -> None:
+        """An EventBridge target's invocation. Asynchronous harness: a function error is retried as Lambda
+        does, then the event is given up; otherwise (integration tests) it fails the caller at once."""
+        if not self.asynchronous:
+            self.invoke(arn, payload)
+            return
+        body, failed = self._call(arn, payload)
+        if not failed:
+            return
+        if attempt < len(ASYNC_RETRY_DELAYS_S):
+            self.retried_invocations += 1
+            self.at(
+                self.clock.now() + ASYNC_RETRY_DELAYS_S[attempt],
+                lambda: self.invoke_event(arn, payload, attempt + 1),
+            )
+        else:
+            self.failed_invocations.append({"function": arn.rsplit(":", 1)[-1], "payload": payload, "error": body})
+
+    def _call(self, arn: str, payload: dict) -> tuple[Any, bool]:
+        """(the response payload, whether it is a function error)."""
+        response = self.lam.invoke(FunctionName=arn, Payload=json.dumps(payload).encode())
+        return json.loads(response["Payload"].read() or b"null"), bool(response.get("FunctionError"))
+
+    def _wrap_invocation(self, function_name: str, handler: moto_patches.Handler) -> moto_patches.Handler:
+        """The handler one invocation runs; the twin substitutes crashing ones."""
+        return handler
+
+    def redeploy(self) -> list[str]:
+        """What `cdk deploy` of the same code does mid-flight: the state machine is updated in place (running
+        executions keep their definition) and every function's next invocation is a cold start. Returns the
+        handler modules that were warm."""
+        from deephealth.adapters import aws
+
+        self.sfn.update_state_machine(stateMachineArn=self.state_machine_arn, definition=self.definition)
+        with moto_patches.cold_start_lock():  # between invocations, never under a running handler
+            aws.reset()
+            _clear_parameter_cache()
+            return _cold_start()
+
     def notifications(self) -> list[dict]:
-        """Every SNS notification published so far: the message plus its attributes (as SNS delivers them)."""
+        """Every SNS notification published so far: the message plus its attributes (as SNS delivers them).
+        The queue is drained into a list kept here, so any number of readers see them all."""
         sqs = boto3.client("sqs", region_name=REGION)
-        out = []
+        out = self._notifications
         while True:
             got = sqs.receive_message(QueueUrl=self.notifications_queue, MaxNumberOfMessages=10)
             if not got.get("Messages"):
-                return out
+                return list(out)
             for m in got["Messages"]:
                 envelope = json.loads(m["Body"])
                 attributes = {k: v["Value"] for k, v in envelope.get("MessageAttributes", {}).items()}
@@ -243,7 +293,7 @@ class Harness:
         return response["statusCode"], json.loads(response["body"] or "null")
 
     def reconcile(self) -> dict:
-        return self.invoke(self.reconcile_arn, {"source": "aws.events", "detail-type": "Scheduled Event"})
+        return self.invoke(self.reconcile_arn, SCHEDULED_EVENT)
 
     # -- running ------------------------------------------------------------------------------------
     def running(self) -> list[dict]:
@@ -287,13 +337,16 @@ class Harness:
         return NodeTable(TABLE_NAME).load_cluster(cluster)
 
 
-def _cold_start() -> None:
-    """Forget imported handlers (and their warm caches), as a new deployment's first invocations would."""
-    for name in [m for m in sys.modules if m.startswith("deephealth.handlers.")]:
+def _cold_start() -> list[str]:
+    """Forget imported handlers (and their warm caches), as a new deployment's first invocations would;
+    returns the modules forgotten."""
+    names = [m for m in sys.modules if m.startswith("deephealth.handlers.")]
+    for name in names:
         del sys.modules[name]
     from deephealth import settings
 
     settings.load.cache_clear()
+    return names
 
 
 def _clear_parameter_cache() -> None:

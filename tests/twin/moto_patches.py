@@ -1,4 +1,4 @@
-"""The two small adapters that let moto's Step Functions interpreter run our real workflow.
+"""The small adapters that let moto's Step Functions interpreter run our real workflow, and inject faults.
 
 (a) Lambda: moto's docker-free backend only echoes the payload, so `invoke` is replaced by a call of the
     handler named in the function's `Handler`, imported from `functions/` with the function's environment.
@@ -7,8 +7,11 @@
 (b) Time: Wait states and Retry back-off call `on_wait(seconds)` instead of sleeping, so the simulation
     advances a virtual clock; botocore's own retry back-off (throttling, 5xx) returns at once and is
     recorded, since a handler must not move time while it runs.
+(c) API faults: moto's botocore stubber (the `before-send` handler that answers every botocore request) is
+    wrapped, so a fault injector may answer a request made *inside a Lambda invocation* with an error
+    response before moto sees it. The harness's own reads (outside any invocation) are never faulted.
 
-Both reach into moto internals; `tests/integration/test_moto_patches.py` fails loudly when they move.
+All three reach into moto internals; `tests/integration/test_moto_patches.py` fails loudly when they move.
 """
 
 from __future__ import annotations
@@ -25,13 +28,22 @@ from typing import Any
 from unittest import mock
 
 import botocore.endpoint
+from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from moto.awslambda_simple.models import LambdaSimpleBackend
+from moto.core.botocore_stubber import BotocoreStubber, MockRawResponse
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function import wait_function
 from moto.stepfunctions.parser.utils import TMP_THREADS
 
 BOTOCORE_BACK_OFFS: list[float] = []  # seconds botocore would have slept before a retry
 _ENV_LOCK = threading.Lock()  # os.environ is process-wide; invocations from several executions serialise here
+_INVOCATION = threading.local()  # a handler runs on the thread that invoked it: `function` is set meanwhile
+
+Handler = Callable[[dict, Any], Any]
+# Wraps one invocation: (function name, handler) -> the handler to run instead (e.g. one that crashes).
+InvocationWrapper = Callable[[str, Handler], Handler]
+# Answers a request instead of moto: (botocore event name, request) -> (status, headers, body), or None to pass.
+RequestFault = Callable[[str, AWSPreparedRequest], tuple[int, dict[str, str], str] | None]
 
 
 class LambdaContext:
@@ -50,23 +62,68 @@ class LambdaContext:
         return 300_000
 
 
-def _handler(fn: Any) -> Callable[[dict, Any], Any]:
+def _handler(fn: Any) -> Handler:
     module_name, func = fn.handler.rsplit(".", 1)
     return getattr(importlib.import_module(module_name), func)
 
 
-def _invoke(
-    self: LambdaSimpleBackend, function_name: str, qualifier: str | None, body: Any, headers: Any, response_headers: Any
-) -> bytes:
-    fn = self.get_function(function_name, qualifier)
-    event = json.loads(body) if body else {}
-    with _ENV_LOCK, mock.patch.dict(os.environ, fn.environment_vars or {}):
-        try:
-            result = _handler(fn)(event, LambdaContext(fn))
-        except Exception as err:  # Lambda reports any handler exception as an Unhandled function error
-            response_headers["x-amz-function-error"] = "Unhandled"
-            return json.dumps({"errorMessage": str(err), "errorType": type(err).__name__, "stackTrace": []}).encode()
-    return json.dumps(result).encode()
+def current_function() -> str | None:
+    """FunctionName of the Lambda invocation running on this thread; None outside any invocation."""
+    return getattr(_INVOCATION, "function", None)
+
+
+@contextlib.contextmanager
+def invocation(function_name: str) -> Iterator[None]:
+    """This thread runs `function_name`'s handler meanwhile (what `current_function` reports)."""
+    _INVOCATION.function = function_name
+    try:
+        yield
+    finally:
+        _INVOCATION.function = None
+
+
+def _invoke_with(wrap: InvocationWrapper | None) -> Callable[..., bytes]:
+    def invoke(
+        self: LambdaSimpleBackend,
+        function_name: str,
+        qualifier: str | None,
+        body: Any,
+        headers: Any,
+        response_headers: Any,
+    ) -> bytes:
+        fn = self.get_function(function_name, qualifier)
+        event = json.loads(body) if body else {}
+        with _ENV_LOCK, mock.patch.dict(os.environ, fn.environment_vars or {}), invocation(fn.function_name):
+            try:
+                handler = _handler(fn)  # inside the try: an import (cold start) error is a function error too
+                result = (wrap(fn.function_name, handler) if wrap else handler)(event, LambdaContext(fn))
+            except Exception as err:  # Lambda reports any handler exception as an Unhandled function error
+                response_headers["x-amz-function-error"] = "Unhandled"
+                error = {"errorMessage": str(err), "errorType": type(err).__name__, "stackTrace": []}
+                return json.dumps(error).encode()
+        return json.dumps(result).encode()
+
+    return invoke
+
+
+def cold_start_lock() -> threading.Lock:
+    """Held while a handler runs: take it to swap handler modules (a redeploy) between invocations."""
+    return _ENV_LOCK
+
+
+@contextlib.contextmanager
+def faulted_requests(fault: RequestFault) -> Iterator[None]:
+    """Let `fault` answer any botocore request made inside a Lambda invocation, before moto does."""
+    original = BotocoreStubber.__call__
+
+    def call(self: BotocoreStubber, event_name: str, request: AWSPreparedRequest, **kwargs: Any) -> Any:
+        if self.enabled and current_function() is not None and (response := fault(event_name, request)):
+            status, headers, body = response
+            return AWSResponse(request.url, status, headers, MockRawResponse(body))  # as moto builds its own
+        return original(self, event_name, request, **kwargs)
+
+    with mock.patch.object(BotocoreStubber, "__call__", call):
+        yield
 
 
 def interpreter_threads() -> list[threading.Thread]:
@@ -75,8 +132,13 @@ def interpreter_threads() -> list[threading.Thread]:
 
 
 @contextlib.contextmanager
-def patched(on_wait: Callable[[float], None], on_retry: Callable[[float], None] | None = None) -> Iterator[None]:
-    """Run Lambda tasks in-process; Wait states call `on_wait(seconds)`, Retry back-off `on_retry(seconds)`."""
+def patched(
+    on_wait: Callable[[float], None],
+    on_retry: Callable[[float], None] | None = None,
+    wrap: InvocationWrapper | None = None,
+) -> Iterator[None]:
+    """Run Lambda tasks in-process (each handler through `wrap`, if given); Wait states call `on_wait(seconds)`,
+    Retry back-off `on_retry(seconds)`."""
     on_retry = on_retry or on_wait
 
     def wait_interval(self: Any, env: Any, wait_seconds: int) -> None:
@@ -84,7 +146,7 @@ def patched(on_wait: Callable[[float], None], on_retry: Callable[[float], None] 
 
     with (
         mock.patch.object(botocore.endpoint, "time", types.SimpleNamespace(sleep=BOTOCORE_BACK_OFFS.append)),
-        mock.patch.object(LambdaSimpleBackend, "invoke", _invoke),
+        mock.patch.object(LambdaSimpleBackend, "invoke", _invoke_with(wrap)),
         mock.patch.object(wait_function.WaitFunction, "_wait_interval", wait_interval),
         mock.patch.object(retrier_decl, "time", types.SimpleNamespace(sleep=lambda s: on_retry(float(s)))),
     ):

@@ -1,7 +1,15 @@
 """The twin's report: what actually happened, counted where it happened.
 
-API calls are counted at the fake's boundary, state transitions read from the executions' histories,
-verdicts from the controller's own table, ground truth from the simulation.
+API calls are counted at the fake's boundary (only those that reached HyperPod; injected API faults are
+counted apart, per service, in `api_faults`), state transitions read from the executions' histories,
+verdicts from the controller's own table, ground truth from the simulation, notifications from the topic's
+subscribed queue (`Harness.notifications`).
+
+Version 2 added `actions.duplicate`, `api_faults`, `events.{delayed, retried_invocations,
+failed_invocations}`, `checks.{foreign, started_while_foreign_active}`, `incidents`, `alerts`,
+`notifications` and `inconclusive_without_alert`; then the verdict categories `held` (failed, waiting for an
+operator's reset) and `shadowed` (dry-run), and `safety` (breaker, capacity holds, replacement budgets: the
+most replacements the controller made in any rolling window against the policy's limit).
 """
 
 from __future__ import annotations
@@ -10,18 +18,27 @@ import statistics
 from collections import Counter
 from typing import Any
 
+from deephealth.adapters.node_table import NodeTable
 from deephealth.domain.nodes import Action, NodeRecord, NodeState
+from deephealth.domain.policy import Budget, parse_config
+from deephealth.domain.safety import is_held
+from tests.twin.engine import TABLE_NAME
 from tests.twin.simulation import CONTROLLER_GROUP, Twin
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2
+INCONCLUSIVE_ALERT = "node-inconclusive"  # the notification an operator gets for a node left inconclusive
 VERDICT_CATEGORIES = (
-    "passed", "passed_after_reboot", "replaced", "quarantined", "failed", "inconclusive", "gone", "no_verdict",
+    "passed", "passed_after_reboot", "replaced", "quarantined", "failed", "inconclusive", "gone", "held",
+    "shadowed", "no_verdict",
 )  # fmt: skip
 
 
 def outcome(record: NodeRecord | None, actions: list[str]) -> str:
     """The node's verdict category for the report."""
+    if record is not None and is_held(record):
+        return "held"  # failed; its recovery waits for an operator's reset of a breaker or capacity hold
     if record is None or record.state not in (
+        NodeState.SHADOWED,
         NodeState.PASSED,
         NodeState.QUARANTINED,
         NodeState.FAILED,
@@ -53,12 +70,14 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
     for _, kind, lid, actor in sim.actions:
         actions_by_node.setdefault(lid, []).append((kind, actor))
 
-    nodes = [n for n in sim.cluster(s.cluster.name).nodes.values() if n.group != CONTROLLER_GROUP]
+    nodes = [n for n in twin.cluster_model.nodes.values() if n.group != CONTROLLER_GROUP]
     details, latencies, verdicts = [], [], Counter()
     for n in sorted(nodes, key=lambda n: (n.group, n.created, n.logical_id)):
         record = records.get(n.logical_id)
         kinds = [kind for kind, _ in actions_by_node.get(n.logical_id, [])]
         category = outcome(record, kinds)
+        if record is None and n.logical_id not in sim.ready_at and twin.cluster_model.status != "InService":
+            category = "gone"  # still provisioning when its cluster was deleted: never a node to judge
         verdicts[category] += 1
         ready = sim.ready_at.get(n.logical_id)
         verdict_at = record.verdict_at if record and category != "no_verdict" else None
@@ -86,6 +105,17 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
         1 for e in executions for ev in twin.history(e["executionArn"]) if ev["type"].endswith("StateEntered")
     )
     controller_actions = Counter(kind for _, kind, _, actor in sim.actions if actor == "controller")
+    notifications = [
+        {
+            "kind": n["attributes"].get("kind"),
+            "group": n["attributes"].get("group"),
+            "node": n["message"].get("node"),
+        }
+        for n in twin.notifications()
+    ]
+    alerted = {n["node"] for n in notifications if n["kind"] == INCONCLUSIVE_ALERT}
+    inconclusive = sorted(k for k, r in records.items() if r.state == NodeState.INCONCLUSIVE)
+    foreign_while_active = sim.started_while_foreign_active
     return {
         "version": REPORT_VERSION,
         "scenario": s.name,
@@ -96,10 +126,12 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
             "reboot": controller_actions.get(Action.REBOOT.value, 0),
             "replace": controller_actions.get(Action.REPLACE.value, 0),
             "conflicting": len(sim.conflicting),
+            "duplicate": len(sim.duplicate),
             "hyperpod_reboot": sum(1 for _, k, _, a in sim.actions if a == "hyperpod" and k == "reboot"),
             "hyperpod_replace": sum(1 for _, k, _, a in sim.actions if a == "hyperpod" and k == "replace"),
         },
         "api_calls": dict(sorted(sim.calls.items())),
+        "api_faults": dict(sorted(twin.api_faults.counts.items())),
         "step_functions": {
             "executions": len(executions),
             "state_transitions": transitions,
@@ -110,13 +142,76 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
             "unmatched": len(twin.unmatched),
             "dropped": len(twin.dropped),
             "duplicated": twin.duplicated,
+            "delayed": twin.delayed,
+            "retried_invocations": twin.retried_invocations,
+            "failed_invocations": len(twin.failed_invocations),
         },
         "checks": {
-            "started_while_active": sim.started_while_active,
+            # The controller's own requests while its own check was active; a foreign check is no fault of its.
+            "started_while_active": sim.started_while_active - foreign_while_active,
             "rejected_while_active": len(sim.rejected_while_active),
+            "foreign": len(sim.foreign_checks),
+            "started_while_foreign_active": foreign_while_active,
         },
+        "incidents": [i.report(t0) for i in twin.incidents],
+        "alerts": dict(sorted(Counter(n["kind"] for n in notifications).items())),
+        "notifications": notifications,
+        "inconclusive_without_alert": [k for k in inconclusive if k not in alerted],
+        "safety": safety_report(twin, records, t0),
         "latency_s": {"ready_to_verdict": percentiles(latencies), "check": percentiles(sim.check_durations)},
         "virtual_s": round(twin.clock.now() - t0, 1),
         "wall_s": round(wall_s, 2),
         "node_details": details,
+    }
+
+
+def peak_in_window(times: list[float], window_s: float) -> int:
+    """The most events within any rolling window of `window_s`."""
+    ordered, peak, start = sorted(times), 0, 0
+    for end, t in enumerate(ordered):
+        while ordered[start] <= t - window_s:
+            start += 1
+        peak = max(peak, end - start + 1)
+    return peak
+
+
+def safety_report(twin: Twin, records: dict[str, NodeRecord], t0: float) -> dict[str, Any]:
+    """The breaker and holds as the controller stored them, and the replacement budgets as HyperPod saw them used."""
+    cluster = twin.scenario.cluster.name
+    config = parse_config(twin.config)
+    group_of = {n.logical_id: n.group for n in twin.cluster_model.nodes.values()}
+    replaced = [
+        (t, group_of.get(lid, ""))
+        for t, kind, lid, actor in twin.sim.actions
+        if actor == "controller" and kind == "replace"
+    ]
+    alive = [r for r in records.values() if r.state != NodeState.GONE]
+
+    def budget(budget: Budget, times: list[float], size: int) -> dict[str, int]:
+        return {
+            "peak": peak_in_window(times, budget.window_h * 3600),
+            "limit": budget.limit(size),
+            "window_h": budget.window_h,
+        }
+
+    groups = sorted({r.group for r in records.values()})
+    state = NodeTable(TABLE_NAME).safety(cluster)
+    controller_times = [t for t, _, _, actor in twin.sim.actions if actor == "controller"]
+    return {
+        "breaker_open": state.breaker is not None,
+        "breaker_at_s": None if state.breaker is None else round(state.breaker.at - t0, 1),
+        "resets": len(state.resets),
+        "capacity_holds": sorted(state.capacity_holds),
+        "last_action_at_s": round(max(controller_times) - t0, 1) if controller_times else None,
+        "replace_budget": {
+            "cluster": budget(config.cluster_policy(cluster).replace_budget, [t for t, _ in replaced], len(alive)),
+            **{
+                f"group {g}": budget(
+                    config.policy_for(cluster, g).replace_budget,
+                    [t for t, grp in replaced if grp == g],
+                    sum(1 for r in alive if r.group == g),
+                )
+                for g in groups
+            },
+        },
     }

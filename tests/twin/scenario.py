@@ -2,7 +2,8 @@
 
 `policy` overrides the controller configuration with the same keys as the `hyperpod-dhc` context of
 `cdk.json`; the result is validated by the controller's own config model. Any unknown key or bad value is a
-`ScenarioError` naming the key.
+`ScenarioError` naming the key. `faults` are drawn per call or event from the seed; `incidents` are single
+events fired at the first moment after `after_s` when their condition holds (see `tests/twin/incidents.py`).
 """
 
 from __future__ import annotations
@@ -57,9 +58,74 @@ class Hardware(_Strict):
 class Faults(_Strict):
     duplicate_event_rate: Rate = 0.0
     dropped_event_rate: Rate = 0.0
-    throttle_rate: Rate = 0.0  # ThrottlingException on any HyperPod API call
-    server_error_rate: Rate = 0.0  # HTTP 500 on any HyperPod API call
+    # Per AWS API call a Lambda makes (DynamoDB, Step Functions, Logs, SSM, SageMaker, SNS): throttling
+    # (DynamoDB: ProvisionedThroughputExceededException) or HTTP 500. botocore retries them as in AWS.
+    throttle_rate: Rate = 0.0
+    server_error_rate: Rate = 0.0
     second_check_request: Literal["reject", "merge"] = "reject"
+    delayed_event_rate: Rate = 0.0  # an event reaches Intake late, so events arrive out of order
+    max_event_delay_s: Annotated[float, Field(gt=0, le=86400)] = 900.0  # a late event's delay: uniform up to this
+
+    @model_validator(mode="after")
+    def _api_rates_add_up(self) -> Faults:
+        if self.throttle_rate + self.server_error_rate > 1.0:
+            raise ValueError("throttle_rate + server_error_rate must not exceed 1")
+        return self
+
+
+class _Incident(_Strict):
+    after_s: Seconds = 0.0  # virtual seconds from the start before the incident may fire
+
+
+class HyperPodReplacesMidCheck(_Incident):
+    """HyperPod replaces nodes in a running on-demand check on its own (its health agent found a fault)."""
+
+    kind: Literal["hyperpod-replaces-mid-check"]
+    nodes: Annotated[int, Field(ge=1, le=500)] = 1
+
+
+class ClusterDeletedMidRound(_Incident):
+    """The cluster is deleted while a round runs and its nodes are in the check."""
+
+    kind: Literal["cluster-deleted-mid-round"]
+
+
+RoundStep = Literal["ClaimRound", "StartCheck", "PollCheck", "RecoverNodes", "FinishRound"]
+
+
+class LambdaCrash(_Incident):
+    """The next `times` invocations of a round step die after `after_writes` node writes (timeout, OOM)."""
+
+    kind: Literal["lambda-crash"]
+    function: RoundStep  # the construct id of the step's function
+    after_writes: Annotated[int, Field(ge=0, le=10_000)] = 1
+    times: Annotated[int, Field(ge=1, le=100)] = 1
+
+
+class RedeployMidRound(_Incident):
+    """`cdk deploy` while a round runs: the state machine is updated and every Lambda cold-starts."""
+
+    kind: Literal["redeploy-mid-round"]
+
+
+class LeaseExpiry(_Incident):
+    """A live round's lease is found expired (as if the round had stalled) and Reconcile runs."""
+
+    kind: Literal["lease-expiry"]
+
+
+class ForeignCheck(_Incident):
+    """Someone else (an operator in the console) starts a deep health check while none is active."""
+
+    kind: Literal["foreign-check"]
+    group: Annotated[str, Field(pattern=GROUP_NAME_PATTERN)]
+    nodes: Annotated[int, Field(ge=1, le=500)] = 1
+
+
+Incident = Annotated[
+    HyperPodReplacesMidCheck | ClusterDeletedMidRound | LambdaCrash | RedeployMidRound | LeaseExpiry | ForeignCheck,
+    Field(discriminator="kind"),
+]
 
 
 class Scenario(_Strict):
@@ -76,6 +142,7 @@ class Scenario(_Strict):
         "MultiNodeTrainingValidation": (600.0, 1200.0),
     }
     faults: Faults = Faults()
+    incidents: tuple[Incident, ...] = ()
     policy: dict[str, Any] = {}
 
     @field_validator("check_duration_s")
@@ -93,6 +160,19 @@ class Scenario(_Strict):
         if len(set(names)) != len(names) or "controller" in names:
             raise ValueError('group names must be unique and not "controller" (the twin adds that group)')
         return groups
+
+    @model_validator(mode="after")
+    def _incidents_consistent(self) -> Scenario:
+        names = {g.name for g in self.groups}
+        crashing: set[str] = set()
+        for i, incident in enumerate(self.incidents):
+            if isinstance(incident, ForeignCheck) and incident.group not in names:
+                raise ValueError(f"incidents.{i}.group: no group {incident.group!r} in groups")
+            if isinstance(incident, LambdaCrash):
+                if incident.function in crashing:  # one plan per function: use `times` for repeated crashes
+                    raise ValueError(f"incidents.{i}.function: a second lambda-crash of {incident.function}")
+                crashing.add(incident.function)
+        return self
 
     @property
     def nodes(self) -> int:

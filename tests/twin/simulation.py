@@ -1,8 +1,10 @@
 """The simulated HyperPod cluster of a scenario, and a run of the real controller against it.
 
-`SimulatedHyperPod` extends the test fake with what a scenario draws from its seed: per-node ground truth,
-check durations from ranges, and throttling / 5xx on any API call. `Twin` extends the harness with the
-scenario's arrivals and its event faults (duplicates, drops).
+`SimulatedHyperPod` extends the test fake with what a scenario draws from its seed (per-node ground truth,
+check durations from ranges) and with what the report needs to judge the controller (check outcomes, and
+actions that conflict or repeat without new evidence). `Twin` extends the harness with the scenario's
+arrivals, its faults (duplicate, dropped and late events; throttling and 5xx on every AWS call a Lambda
+makes) and its incidents (`tests/twin/incidents.py`).
 """
 
 from __future__ import annotations
@@ -11,15 +13,22 @@ import random
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+from unittest import mock
 
-from tests.fakes.hyperpod import Clock, Cluster, FakeHyperPod, GroupSpec, Node
+from tests.fakes.hyperpod import Clock, Cluster, FakeHyperPod, GroupSpec, HealthCheck, Node
+from tests.twin import moto_patches
 from tests.twin.engine import Harness
-from tests.twin.scenario import Scenario
+from tests.twin.faults import ApiFaults, CrashPlan
+from tests.twin.scenario import LambdaCrash, Scenario
 from tests.twin.template import ControllerTemplate
+
+if TYPE_CHECKING:
+    from tests.twin.incidents import Armed
 
 Truth = Literal["healthy", "transient", "persistent"]
 CONTROLLER_GROUP = "controller"
+EVIDENCE = frozenset({"pass", "fail", "skip"})  # check outcomes that say something about the node's hardware
 
 
 class SimulatedHyperPod(FakeHyperPod):
@@ -29,16 +38,24 @@ class SimulatedHyperPod(FakeHyperPod):
         # Independent streams, so that (say) an extra API call never changes which node is faulty.
         self._truth = random.Random(scenario.seed + 1)
         self._durations = random.Random(scenario.seed + 4)
-        self._api_faults = random.Random(scenario.seed + 5)
         self.second_check_request = scenario.faults.second_check_request
         self.truth: dict[str, Truth] = {}
         self.ready_at: dict[str, float] = {}  # first time each logical node finished its lifecycle script
         self.check_durations: list[float] = []
         self.conflicting: list[tuple[float, str, str]] = []  # (time, action, logical id)
+        self.check_outcomes: list[tuple[float, str, str]] = []  # (time, logical id, pass|fail|skip|replaced)
+        # Controller requests on a node it already acted on, with no check outcome for the node since.
+        self.duplicate: list[tuple[float, str, str]] = []  # (time, action, logical id)
+        self._acted_on: set[str] = set()  # logical ids the controller acted on since their last check outcome
+        self.foreign_checks: list[HealthCheck] = []  # started by someone else (the console), not the controller
+        self.started_while_foreign_active = 0  # controller requests that met a foreign check
 
     # -- what the scenario draws -----------------------------------------------------------------
-    def arrive(self, group: str) -> str:
+    def arrive(self, group: str) -> str | None:
         hw = self.scenario.hardware
+        c = self._clusters.get(self.scenario.cluster.name)
+        if c is None or c.status != "InService":
+            return None  # a deleted cluster gets no more capacity
         lid = self.add_node(self.scenario.cluster.name, group, ready_after_s=self._group(group).lifecycle_s)
         u = self._truth.random()
         if u < hw.transient_fault_rate:
@@ -70,60 +87,145 @@ class SimulatedHyperPod(FakeHyperPod):
     def _try_action(self, c: Cluster, n: Node | None, action: str, ref: str) -> dict[str, str] | None:
         if n is not None and n.in_flight:
             self.conflicting.append((self._t, action, n.logical_id))
-        return super()._try_action(c, n, action, ref)
+        if n is not None and n.logical_id in self._acted_on:
+            self.duplicate.append((self._t, action, n.logical_id))
+        refused = super()._try_action(c, n, action, ref)
+        if n is not None and refused is None:
+            self._acted_on.add(n.logical_id)
+        return refused
 
-    def handle(self, operation: str, params: dict[str, Any], region: str, account: str) -> tuple[int, dict]:
-        faults = self.scenario.faults
-        u = self._api_faults.random()
-        if u < faults.throttle_rate:
-            self.inject_error(operation, "ThrottlingException", 400, message="Rate exceeded (simulated)")
-        elif u < faults.throttle_rate + faults.server_error_rate:
-            self.inject_error(operation, "InternalFailure", 500, message="Internal error (simulated)")
-        return super().handle(operation, params, region, account)
+    def _check_finished(self, c: Cluster, check: HealthCheck, n: Node, outcome: str) -> None:
+        self._outcome(n, outcome)
+        super()._check_finished(c, check, n, outcome)
+
+    def _on_start_check_done(self, c: Cluster, n: Node) -> None:
+        self._outcome(n, "fail" if n.truth == "fail" else "pass")
+        super()._on_start_check_done(c, n)
+
+    def _outcome(self, n: Node, outcome: str) -> None:
+        self.check_outcomes.append((self._t, n.logical_id, outcome))
+        if outcome in EVIDENCE:  # "replaced" mid-check says nothing about the hardware that comes next
+            self._acted_on.discard(n.logical_id)
+
+    # -- someone else's check --------------------------------------------------------------------
+    def start_foreign_check(self, cluster: str, group: str, logical_ids: list[str]) -> None:
+        """An operator's StartClusterHealthCheck from the console (not counted as a controller call)."""
+        self._catch_up()
+        c = self._clusters[cluster]
+        ids = [c.nodes[lid].instance_id for lid in logical_ids]
+        config = {"InstanceGroupName": group, "InstanceIds": ids, "DeepHealthChecks": ["InstanceStress"]}
+        self._op_start_cluster_health_check({"ClusterName": cluster, "DeepHealthCheckConfigurations": [config]}, True)
+        if c.check is not None:
+            self.foreign_checks.append(c.check)
+
+    def _op_start_cluster_health_check(self, p: dict[str, Any], visible: bool) -> dict:
+        c = self._clusters.get(p.get("ClusterName", ""))
+        if c is not None and c.check is not None and any(c.check is f for f in self.foreign_checks):
+            self.started_while_foreign_active += 1
+        return super()._op_start_cluster_health_check(p, visible)
 
 
 class Twin(Harness):
-    """The harness with the scenario's arrivals and event faults."""
+    """The harness with the scenario's arrivals, faults and incidents."""
 
     def __init__(self, scenario: Scenario, template: ControllerTemplate, config: dict[str, Any]) -> None:
         self.scenario = scenario
         self.sim = SimulatedHyperPod(scenario, Clock())
-        super().__init__(template, self.sim, config=config)
+        super().__init__(template, self.sim, config=config, asynchronous=True)
+        faults = scenario.faults
         self._faults = random.Random(scenario.seed + 2)
+        self._delays = random.Random(scenario.seed + 6)
+        self.api_faults = ApiFaults(faults.throttle_rate, faults.server_error_rate, random.Random(scenario.seed + 5))
         self.dropped: list[dict] = []
         self.duplicated = 0
+        self.delayed = 0
         self.started_at = self.clock.now()
+        self.crashes: dict[str, CrashPlan] = {}  # by FunctionName, one per lambda-crash incident
+        self.incidents: list[Armed] = []  # in scenario order
+        self.cluster_model: Cluster  # the fake's cluster object, kept: it outlives a deletion
 
     def __enter__(self) -> Twin:
+        from tests.twin import incidents
+
         super().__enter__()
         s = self.scenario
+        for cm in self._fault_patches():
+            cm.__enter__()
+            self._stack.append(cm)  # undone by Harness.__exit__, before moto goes
         groups = [GroupSpec(CONTROLLER_GROUP, "ml.m5.xlarge", count=1, node_type="Controller")]
         groups += [GroupSpec(g.name, g.instance_type, on_start_checks=g.on_start_deep_health_checks) for g in s.groups]
-        self.sim.create_cluster(s.cluster.name, groups, node_recovery=s.cluster.node_recovery)
+        self.cluster_model = self.sim.create_cluster(s.cluster.name, groups, node_recovery=s.cluster.node_recovery)
         arrivals = random.Random(s.seed + 3)
         for g in s.groups:
             for offset in sorted(g.arrival.start_s + arrivals.uniform(0, g.arrival.spread_s) for _ in range(g.count)):
                 self.at(self.started_at + offset, lambda name=g.name: self.sim.arrive(name))
+        self.incidents = [incidents.arm(self, spec) for spec in s.incidents]
         return self
+
+    def _fault_patches(self) -> list[Any]:
+        """API faults at moto's front door; a crash plan per lambda-crash incident, and node writes counted
+        for them."""
+        from deephealth.adapters.node_table import NodeTable
+
+        patches: list[Any] = [moto_patches.faulted_requests(self.api_faults)]
+        for spec in self.scenario.incidents:
+            if isinstance(spec, LambdaCrash):
+                name = self.function_name(spec.function)
+                self.crashes.setdefault(name, CrashPlan(name, spec.after_writes, spec.times))
+        if self.crashes:
+            save = NodeTable.save
+
+            def counted_save(table: NodeTable, record: Any) -> Any:
+                plan = self.crashes.get(moto_patches.current_function() or "")
+                if plan is not None:
+                    plan.before_write(self.clock.now())
+                return save(table, record)
+
+            patches.append(mock.patch.object(NodeTable, "save", counted_save))
+        return patches
+
+    def function_name(self, construct: str) -> str:
+        """The deployed FunctionName of a function given its construct id ("RecoverNodes")."""
+        (name,) = [f.construct_id for f in self.template.functions if f.construct_id.endswith(construct)]
+        return name
+
+    def _wrap_invocation(self, function_name: str, handler: moto_patches.Handler) -> moto_patches.Handler:
+        plan = self.crashes.get(function_name)
+        return plan.wrap(handler, self.clock.now) if plan else handler
 
     def deliver(self, event: dict) -> None:
         faults = self.scenario.faults
         if self._faults.random() < faults.dropped_event_rate:
             self.dropped.append(event)
             return
-        super().deliver(event)
+        self._deliver_maybe_late(event)
         if self._faults.random() < faults.duplicate_event_rate:
             self.duplicated += 1
-            super().deliver(event)
+            self._deliver_maybe_late(event)
+
+    def _deliver_maybe_late(self, event: dict) -> None:
+        faults = self.scenario.faults
+        if faults.delayed_event_rate and self._delays.random() < faults.delayed_event_rate:
+            self.delayed += 1
+            delay = self._delays.uniform(0, faults.max_event_delay_s)
+            self.at(self.clock.now() + delay, lambda: Harness.deliver(self, event))
+        else:
+            Harness.deliver(self, event)
 
     def finished(self) -> bool:
-        """Every node has arrived and has a final verdict."""
+        """Every node has arrived and has a final verdict (or waits for an operator's reset)."""
         from deephealth.domain.nodes import FINAL_STATES
+        from deephealth.domain.safety import is_held
 
         if self.scheduled:
             return False
         records = [r for r in self.records(self.scenario.cluster.name).values() if r.group != CONTROLLER_GROUP]
-        return len(records) >= self.scenario.nodes and all(r.state in FINAL_STATES for r in records)
+        # Every node that arrived, unless the cluster was deleted: nodes still provisioning then never
+        # become ready, so the controller never gets to know them.
+        arrived = sum(1 for n in self.cluster_model.nodes.values() if n.group != CONTROLLER_GROUP)
+        expected = arrived if self.cluster_model.status == "InService" else 0
+        # A node held by the breaker or a capacity hold waits for an operator: settled, as far as the run goes.
+        return len(records) >= expected and all(r.state in FINAL_STATES or is_held(r) for r in records)
 
     def run(self) -> float:
         """Run to the horizon or until every node has its verdict; returns wall seconds."""
@@ -148,7 +250,7 @@ class GroupProgress:
 
 def progress(twin: Twin) -> dict[str, GroupProgress]:
     """Per instance group: what arrived and where the controller has each node."""
-    cluster = twin.sim.cluster(twin.scenario.cluster.name)
+    cluster = twin.cluster_model  # still there after a deletion
     out = {g.name: GroupProgress() for g in twin.scenario.groups}
     for n in cluster.nodes.values():
         if n.group in out and n.logical_id in twin.sim.ready_at:

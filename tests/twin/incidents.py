@@ -1,0 +1,176 @@
+"""A scenario's incidents: one-off events injected at the worst moment, to prove the controller recovers.
+
+Each incident is armed with `Harness.when`: it fires once, at the first time step after `after_s` where its
+condition holds (a check running, a round live, a node due for recovery...). Conditions read the simulation
+and the controller's table from outside any Lambda, so they are never faulted and cost the controller nothing.
+An incident whose condition never held is reported as not fired: the scenario did not exercise it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from tests.fakes.hyperpod import Node
+from tests.twin.engine import SCHEDULED_EVENT, TABLE_NAME
+from tests.twin.faults import CrashPlan
+from tests.twin.scenario import (
+    ClusterDeletedMidRound,
+    ForeignCheck,
+    HyperPodReplacesMidCheck,
+    Incident,
+    LambdaCrash,
+    LeaseExpiry,
+    RedeployMidRound,
+)
+
+if TYPE_CHECKING:
+    from tests.twin.simulation import Twin
+
+IN_CHECK = "DeepHealthCheckInProgress"
+
+
+@dataclass
+class Armed:
+    spec: Incident
+    fired_at_s: float | None = None  # virtual seconds from the start
+    detail: dict[str, Any] = field(default_factory=dict)  # what it did (nodes, round...)
+    crash: CrashPlan | None = None  # lambda-crash: its plan, for the crash times
+
+    def report(self, started_at: float) -> dict[str, Any]:
+        out = {"kind": self.spec.kind, "fired": self.fired_at_s is not None, "at_s": self.fired_at_s, **self.detail}
+        if self.crash is not None:
+            out["crashes"] = [{"at_s": round(t - started_at, 1), "writes": w} for t, w in self.crash.crashes]
+        return out
+
+
+def arm(twin: Twin, spec: Incident) -> Armed:
+    armed = Armed(spec)
+    condition, action = _KINDS[type(spec)](twin, spec, armed)
+    due = twin.started_at + spec.after_s
+
+    def fire() -> None:
+        armed.fired_at_s = round(twin.clock.now() - twin.started_at, 1)
+        action()
+
+    twin.when(lambda: twin.clock.now() >= due and condition(), fire)
+    return armed
+
+
+Plan = tuple[Callable[[], bool], Callable[[], None]]  # (condition, action)
+
+
+def _in_check(twin: Twin) -> list[Node]:
+    """Nodes of the controller's active check that HyperPod shows in the check (seq order: reproducible)."""
+    c = twin.cluster_model
+    check = c.check
+    if check is None or c.status != "InService" or any(check is f for f in twin.sim.foreign_checks):
+        return []
+    nodes = [c.nodes[lid] for lid in check.pending if lid in c.nodes]
+    return sorted((n for n in nodes if n.status == IN_CHECK), key=lambda n: n.seq)
+
+
+def _round_key(twin: Twin) -> dict[str, str]:
+    from deephealth.adapters.node_table import ROUND_SK, cluster_pk
+
+    return {"pk": cluster_pk(twin.scenario.cluster.name), "sk": ROUND_SK}
+
+
+def _hyperpod_replaces(twin: Twin, spec: HyperPodReplacesMidCheck, armed: Armed) -> Plan:
+    def act() -> None:
+        chosen = _in_check(twin)[: spec.nodes]
+        armed.detail["nodes"] = [n.logical_id for n in chosen]
+        for n in chosen:
+            twin.sim.replace_now(twin.cluster_model.name, n.logical_id)
+
+    return lambda: bool(_in_check(twin)), act
+
+
+def _cluster_deleted(twin: Twin, spec: ClusterDeletedMidRound, armed: Armed) -> Plan:
+    def act() -> None:
+        armed.detail["nodes_in_check"] = len(_in_check(twin))
+        twin.sim.delete_cluster(twin.cluster_model.name)
+
+    return lambda: bool(_in_check(twin)) and bool(twin.running()), act
+
+
+def _lambda_crash(twin: Twin, spec: LambdaCrash, armed: Armed) -> Plan:
+    plan = twin.crashes[twin.function_name(spec.function)]
+
+    def condition() -> bool:
+        if spec.function == "RecoverNodes":  # a moment when the step has something to do
+            records = twin.records(twin.scenario.cluster.name).values()
+            return any(r.state.value == "recovery_due" for r in records)
+        if spec.function == "PollCheck":  # mid-check, when a poll has something to record
+            return bool(_in_check(twin))
+        return True
+
+    def act() -> None:
+        plan.armed = True
+        armed.detail["function"] = plan.function
+
+    armed.crash = plan
+    return condition, act
+
+
+def _redeploy(twin: Twin, spec: RedeployMidRound, armed: Armed) -> Plan:
+    def act() -> None:
+        armed.detail["rounds_running"] = [e["name"] for e in twin.running()]
+        armed.detail["warm_handlers"] = len(twin.redeploy())
+
+    return lambda: bool(_in_check(twin)) and bool(twin.running()), act
+
+
+def _lease_expiry(twin: Twin, spec: LeaseExpiry, armed: Armed) -> Plan:
+    import boto3
+
+    table = boto3.resource("dynamodb").Table(TABLE_NAME)  # the harness's own client: never faulted
+
+    def holder() -> str | None:
+        return (table.get_item(Key=_round_key(twin), ConsistentRead=True).get("Item") or {}).get("holder")
+
+    def act() -> None:
+        armed.detail["round"] = holder()
+        table.update_item(
+            Key=_round_key(twin),
+            UpdateExpression="SET lease_expires_at = :past",
+            ExpressionAttributeValues={":past": int(twin.clock.now()) - 1},
+        )
+        twin.invoke_event(twin.reconcile_arn, SCHEDULED_EVENT)  # the next scheduled pass finds it expired
+
+    return lambda: bool(twin.running()) and bool(holder()), act
+
+
+def _foreign_check(twin: Twin, spec: ForeignCheck, armed: Armed) -> Plan:
+    def candidates() -> list[Node]:
+        """Running nodes of the group, those the controller already passed first (an operator re-checking
+        them), so that the controller's own next request meets the foreign check rather than joining it."""
+        c = twin.cluster_model
+        running = sorted(
+            (n for n in c.nodes.values() if n.group == spec.group and n.status == "Running" and not n.in_flight),
+            key=lambda n: n.seq,
+        )
+        passed = {k for k, r in twin.records(c.name).items() if r.state.value == "passed"}
+        return sorted(running, key=lambda n: n.logical_id not in passed)
+
+    def condition() -> bool:
+        c = twin.cluster_model
+        return c.check is None and c.status == "InService" and bool(candidates())
+
+    def act() -> None:
+        chosen = [n.logical_id for n in candidates()[: spec.nodes]]
+        armed.detail["nodes"] = chosen
+        twin.sim.start_foreign_check(twin.cluster_model.name, spec.group, chosen)
+
+    return condition, act
+
+
+_KINDS: dict[type, Callable[[Twin, Any, Armed], Plan]] = {
+    HyperPodReplacesMidCheck: _hyperpod_replaces,
+    ClusterDeletedMidRound: _cluster_deleted,
+    LambdaCrash: _lambda_crash,
+    RedeployMidRound: _redeploy,
+    LeaseExpiry: _lease_expiry,
+    ForeignCheck: _foreign_check,
+}
