@@ -9,7 +9,7 @@ CDK := $(VENV)/cdk-cli/node_modules/.bin/cdk
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_DEFAULT_REGION ?= us-east-1
 
-.PHONY: install test lint unit integration infra simulation synth demo openapi clean
+.PHONY: install test lint unit integration infra simulation synth demo faults openapi clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,10 @@ simulation: install
 # The digital twin: the real handlers and the synthesized workflow against a simulated cluster.
 demo: install
 	$(VENV)/bin/hpdhc simulate --scenario tests/scenarios/demo.json
+
+# Every fault-injection scenario and the bad-AMI scenario: one row each (verdicts, actions, budget use).
+faults: install
+	$(PY) -m tests.simulation.safety_table
 
 # Rewrites docs/openapi.json from the Api handler's routes (tests fail while it is stale).
 openapi: install

@@ -30,8 +30,8 @@ def bad_ami(nodes: int) -> dict:
         "hardware": {"persistent_fault_rate": 1.0, "replacement_fault_rate": 1.0},
         "check_duration_s": FAST_CHECKS,
         "policy": {
-            "defaults": {"gather_window_s": 120, "replace_budget": {"max_pct": 25}},
-            "cluster_defaults": {"breaker": {"max_failure_pct": 50, "min_verdicts": 6, "window_h": 6}},
+            "defaults": {"gather_window_s": 120, "recovery": "replace", "replace_budget": {"max_pct": 25}},
+            "cluster_defaults": {"breaker": {"max_failure_pct": 50, "min_verdicts": 10, "window_h": 6}},
         },
     }
 
@@ -56,9 +56,11 @@ def test_a_bad_ami_trips_the_breaker_which_stops_every_action_until_an_operator_
     group, cluster = breakers["replace_budget"]["groups"]["p5"], breakers["replace_budget"]["cluster"]
     assert group["used"] <= group["limit"] and cluster["used"] <= cluster["limit"], "replacements within budget"
     assert report["actions"]["replace"] == group["used"]
-    held = {n["node"] for n in breakers["held_nodes"] if n["held_by"] == "breaker"}
-    assert held, "failed nodes wait, with their verdict, for an operator"
-    assert report["verdicts"]["held"] == len(held)
+    held = {n["node"]: n["held_by"] for n in breakers["held_nodes"]}
+    assert "breaker" in held.values(), "failed nodes wait, with their verdict, for an operator"
+    assert report["verdicts"]["held"] == len(held) == report["nodes"]
+    # The replacements themselves failed their checks: the group's capacity hold tripped too, with its alert.
+    assert breakers["capacity_holds"] and any(a["attributes"]["kind"] == "capacity-hold" for a in alerts)
     assert report["safety"]["breaker_open"] and report["safety"]["replace_budget"]["group p5"]["peak"] <= 4
     assert_invariants(report)
 
@@ -90,7 +92,13 @@ def test_an_operator_reset_releases_the_held_nodes_and_the_breaker_does_not_retr
             "alerts": twin.notifications(),
         }
 
-    _, seen = run_twin(controller_template, {**bad_ami(8), "horizon_s": 8 * 3600}, after=reset_and_continue)
+    # Reboots first, and a breaker that trips after 6 verdicts: the reset then releases rebootable nodes.
+    policy = {
+        "defaults": {"gather_window_s": 120},
+        "cluster_defaults": {"breaker": {"max_failure_pct": 50, "min_verdicts": 6, "window_h": 6}},
+    }
+    raw = {**bad_ami(8), "horizon_s": 8 * 3600, "policy": policy}
+    _, seen = run_twin(controller_template, raw, after=reset_and_continue)
     assert seen["acted_after_reset"] >= 1, "released nodes are recovered after the reset"
     assert seen["breakers"]["resets"][-1]["by"] == OPERATOR
     assert seen["breakers"]["resets"][-1]["reason"] == "AMI rolled back"

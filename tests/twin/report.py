@@ -7,9 +7,10 @@ subscribed queue (`Harness.notifications`).
 
 Version 2 added `actions.duplicate`, `api_faults`, `events.{delayed, retried_invocations,
 failed_invocations}`, `checks.{foreign, started_while_foreign_active}`, `incidents`, `alerts`,
-`notifications` and `inconclusive_without_alert`; then the verdict categories `held` (failed, waiting for an
-operator's reset) and `shadowed` (dry-run), and `safety` (breaker, capacity holds, replacement budgets: the
-most replacements the controller made in any rolling window against the policy's limit).
+`notifications` and `inconclusive_without_alert`; then the verdict categories `held` (failed, its recovery
+held by a breaker, a capacity hold or a budget) and `shadowed` (dry-run), and `safety` (breaker, capacity
+holds, replacement budgets: the most replacements the controller made in any rolling window against the
+policy's limit).
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from typing import Any
 from deephealth.adapters.node_table import NodeTable
 from deephealth.domain.nodes import Action, NodeRecord, NodeState
 from deephealth.domain.policy import Budget, parse_config
-from deephealth.domain.safety import is_held
 from tests.twin.engine import TABLE_NAME
 from tests.twin.simulation import CONTROLLER_GROUP, Twin
 
@@ -35,8 +35,8 @@ VERDICT_CATEGORIES = (
 
 def outcome(record: NodeRecord | None, actions: list[str]) -> str:
     """The node's verdict category for the report."""
-    if record is not None and is_held(record):
-        return "held"  # failed; its recovery waits for an operator's reset of a breaker or capacity hold
+    if record is not None and record.state == NodeState.RECOVERY_DUE and record.held_by:
+        return "held"  # failed; its recovery waits (a breaker or capacity hold until a reset, or a budget window)
     if record is None or record.state not in (
         NodeState.SHADOWED,
         NodeState.PASSED,

@@ -32,7 +32,8 @@ def snap(status="Running", instance_id="i-0000000000000000a") -> NodeSnapshot:
     [
         (checking(seen_in_progress=True), snap(), None, 3000, Verdict.PASSED),
         (checking(seen_in_progress=True), snap(), "ERROR: DCGM level 4 failed", 3000, Verdict.FAILED),
-        (checking(seen_in_progress=True), snap("ShuttingDown"), None, 3000, Verdict.FAILED),
+        (checking(seen_in_progress=True), snap("ShuttingDown"), None, 3000, None),  # a replacement in flight
+        (checking(seen_in_progress=True), snap("ShuttingDown"), None, TIMEOUT + 1, Verdict.INCONCLUSIVE),
         (checking(seen_in_progress=True), snap("Failure"), None, 3000, Verdict.FAILED),
         (checking(seen_in_progress=True), snap("Pending"), None, 3000, Verdict.FAILED),
         (checking(), snap(instance_id="i-0000000000000000b"), None, 3000, Verdict.REPLACED_BY_HYPERPOD),
