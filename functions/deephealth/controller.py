@@ -58,8 +58,9 @@ from deephealth.observability import MetricUnit, logger, metrics, node_metric
 
 CLOSING_STATUSES = frozenset({"Deleting", "Failed"})
 MAX_POLLS = 2000  # a hard stop far beyond any check timeout, in case the clock misbehaves
-# DescribeCluster answers change rarely (groups, NodeRecovery); a warm Lambda reuses them this long.
-CLUSTER_INFO_TTL_S = 300
+# DescribeCluster answers change rarely (groups, NodeRecovery); a warm Lambda reuses them this long. Reconcile
+# and cluster events always describe afresh, and a deleted cluster shows in ListClusterNodes too.
+CLUSTER_INFO_TTL_S = 1800
 
 
 @dataclass
@@ -105,6 +106,10 @@ class Controller:
         return self._node_signal(signal)
 
     def _node_signal(self, signal: NodeSignal) -> str:
+        if not signal.confirm:
+            # A step before readiness (provisioned, script started, a reboot or replacement under way): nothing to
+            # record yet, so no DescribeClusterNode; the readiness event, a round or Reconcile's listing follows.
+            return f"hint only: {signal.reason[:100]}"
         try:
             view = self._view(signal.cluster, load_records=False)
         except ClusterNotFound:

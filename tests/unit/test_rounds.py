@@ -17,6 +17,7 @@ from deephealth.domain.rounds import (
     round_name,
     select_for_round,
 )
+from deephealth.domain.verdicts import SKIP_GRACE_S
 
 
 def pending(i: int, group="g", ready_at=100.0, **kw) -> NodeRecord:
@@ -84,7 +85,8 @@ def test_gather_waits_for_the_oldest_nodes_window_only():
     ("elapsed", "awaiting", "expected"),
     [
         (0, True, FIRST_POLL_S),  # confirm the nodes entered the check
-        (FIRST_POLL_S, True, 60),  # watch for skipped nodes while the 10-minute queue rule can apply
+        (FIRST_POLL_S, True, SKIP_GRACE_S - FIRST_POLL_S),  # one look once busy nodes are started or skipped
+        (SKIP_GRACE_S - 30, True, 60),
         (FIRST_POLL_S, False, int(0.8 * 2700 - FIRST_POLL_S)),  # sleep through the bulk of the check
         (2500, False, 60),  # poll at the interval near the expected end
     ],

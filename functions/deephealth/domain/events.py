@@ -102,6 +102,8 @@ class NodeSignal:
     logical_id: str | None = None
     unhealthy: bool = False
     cluster_arn: str | None = field(default=None, compare=False)  # provenance, checked by `foreign_origin`
+    # False for steps known to come before readiness: the controller makes no API call for them.
+    confirm: bool = True
 
 
 @dataclass(frozen=True)
@@ -173,10 +175,23 @@ def _cluster_event(d: ClusterEventDetails, event_id: str) -> NodeSignal | Cluste
             instance_id=d.InstanceId or None,
             logical_id=meta.NodeLogicalId,
             cluster_arn=d.ClusterArn,
+            confirm=not _before_readiness(meta.LcsExecutionState, description),
         )
     if d.ResourceType in ("Cluster", "InstanceGroup"):
         return ClusterSignal(cluster=d.ClusterName, event_id=eid, reason=description, cluster_arn=d.ClusterArn)
     return Ignored(f"unknown ResourceType {d.ResourceType[:50]!r}")
+
+
+# Instance events that only announce a step towards readiness (the documented descriptions). Anything else,
+# unknown wording included, is confirmed with DescribeClusterNode: a missed signal costs a call, never a node.
+BEFORE_READINESS = ("successfully provisioned", "replacement started", "currently in progress")
+
+
+def _before_readiness(lcs_state: str | None, description: str) -> bool:
+    if lcs_state is not None:
+        return lcs_state == "Started"
+    text = description.lower()
+    return any(phrase in text for phrase in BEFORE_READINESS)
 
 
 def foreign_origin(

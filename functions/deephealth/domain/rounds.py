@@ -133,13 +133,18 @@ def expected_check_s(configs: list[dict]) -> int:
 
 
 def next_wait(started_at: float, now: float, expected_s: int, poll_interval_s: int, awaiting_start: bool) -> int:
-    """Adaptive poll spacing: confirm the start, watch for skips, sleep through the bulk, poll near the end."""
+    """Adaptive poll spacing: confirm the start, sleep through the bulk, poll near the end.
+
+    Nodes still waiting for a job to finish are looked at once more when HyperPod must have started or skipped
+    them (SKIP_GRACE_S), not every interval: nothing in between changes a verdict, and every poll is a
+    ListClusterNodes pass and three state transitions.
+    """
     elapsed = now - started_at
     if elapsed < FIRST_POLL_S:
         return math.ceil(FIRST_POLL_S - elapsed)
+    wake_at = started_at + 0.8 * expected_s
     if awaiting_start and elapsed < SKIP_GRACE_S:
-        return poll_interval_s
-    speed_up_at = started_at + 0.8 * expected_s
-    if now + poll_interval_s < speed_up_at:
-        return min(MAX_WAIT_S, math.ceil(speed_up_at - now))
+        wake_at = min(wake_at, started_at + SKIP_GRACE_S)
+    if now + poll_interval_s < wake_at:
+        return min(MAX_WAIT_S, math.ceil(wake_at - now))
     return poll_interval_s
