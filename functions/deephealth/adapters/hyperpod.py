@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, NoReturn
-
-from botocore.exceptions import BotoCoreError, ClientError
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from deephealth.adapters import aws
 from deephealth.domain.errors import ClusterBusy, ClusterNotFound, Throttled, TransientError
 from deephealth.domain.nodes import Action, NodeSnapshot
 from deephealth.domain.rounds import MAX_NODES_PER_ACTION_CALL, chunks
 from deephealth.observability import MetricUnit, metrics
+
+if TYPE_CHECKING:
+    from botocore.exceptions import BotoCoreError, ClientError
 
 THROTTLING_CODES = frozenset(
     {"ThrottlingException", "Throttling", "TooManyRequestsException", "RequestLimitExceeded", "SlowDown"}
@@ -58,7 +59,7 @@ class ActionOutcome:
 
 
 def _raise_mapped(err: ClientError | BotoCoreError, busy_ok: bool = False) -> NoReturn:
-    if isinstance(err, BotoCoreError):
+    if isinstance(err, aws.BotoCoreError):
         raise TransientError(str(err)) from err
     code = err.response.get("Error", {}).get("Code", "")
     message = err.response.get("Error", {}).get("Message", "")
@@ -86,7 +87,7 @@ class HyperPod:
     def describe_cluster(self, cluster: str) -> ClusterInfo:
         try:
             d = self.sm.describe_cluster(ClusterName=cluster)
-        except (ClientError, BotoCoreError) as err:
+        except (aws.ClientError, aws.BotoCoreError) as err:
             _raise_mapped(err)
         groups = {
             g["InstanceGroupName"]: GroupInfo(
@@ -116,7 +117,7 @@ class HyperPod:
                 for c in p.get("ClusterSummaries", [])
                 if c.get("ClusterStatus") not in ("Deleting", "Failed")
             ]
-        except (ClientError, BotoCoreError) as err:
+        except (aws.ClientError, aws.BotoCoreError) as err:
             _raise_mapped(err)
 
     def list_nodes(self, cluster: str) -> list[NodeSnapshot]:
@@ -126,27 +127,27 @@ class HyperPod:
                 ClusterName=cluster, IncludeNodeLogicalIds=True, PaginationConfig={"PageSize": 100}
             )
             return [_snapshot(s) for p in pages for s in p.get("ClusterNodeSummaries", [])]
-        except (ClientError, BotoCoreError) as err:
+        except (aws.ClientError, aws.BotoCoreError) as err:
             _raise_mapped(err)
 
     def describe_node(self, cluster: str, logical_id: str | None, instance_id: str | None) -> NodeSnapshot | None:
         params = {"NodeLogicalId": logical_id} if logical_id else {"NodeId": instance_id}
         try:
             d = self.sm.describe_cluster_node(ClusterName=cluster, **params)["NodeDetails"]
-        except ClientError as err:
+        except aws.ClientError as err:
             code = err.response.get("Error", {}).get("Code", "")
             # The caller has just described the cluster, so "not found" here is about the node.
             if code in NOT_FOUND_CODES or (code == "ValidationException" and "node" in str(err).lower()):
                 return None
             _raise_mapped(err)
-        except BotoCoreError as err:
+        except aws.BotoCoreError as err:
             _raise_mapped(err)
         return _snapshot(d)
 
     def start_health_check(self, cluster: str, configurations: list[dict]) -> None:
         try:
             self.sm.start_cluster_health_check(ClusterName=cluster, DeepHealthCheckConfigurations=configurations)
-        except (ClientError, BotoCoreError) as err:
+        except (aws.ClientError, aws.BotoCoreError) as err:
             _raise_mapped(err, busy_ok=True)
 
     def act(
@@ -164,13 +165,13 @@ class HyperPod:
             for part in chunks(ids, MAX_NODES_PER_ACTION_CALL):
                 try:
                     r = call(ClusterName=cluster, **{param: part})
-                except (ClientError, BotoCoreError) as err:
+                except (aws.ClientError, aws.BotoCoreError) as err:
                     try:
                         _raise_mapped(err)
-                    except (Throttled, TransientError, ClientError) as mapped:
+                    except (Throttled, TransientError, aws.ClientError) as mapped:
                         code = (
                             mapped.response.get("Error", {}).get("Code", "ClientError")
-                            if isinstance(mapped, ClientError)
+                            if isinstance(mapped, aws.ClientError)
                             else type(mapped).__name__
                         )
                         outcomes += [ActionOutcome(key=k, ok=False, code=code, message=str(mapped)[:300]) for k in part]

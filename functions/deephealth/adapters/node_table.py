@@ -11,9 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from boto3.dynamodb.conditions import Attr, Key
-from botocore.exceptions import ClientError
-
 from deephealth.adapters import aws
 from deephealth.domain.errors import StaleRecord
 from deephealth.domain.nodes import NodeRecord
@@ -23,6 +20,20 @@ NODE_PREFIX = "NODE#"
 ROUND_SK = "ROUND"
 SAFETY_SK = "SAFETY"
 REGISTRY_PK = "CLUSTERS"
+
+
+def Key(name: str) -> Any:
+    """boto3's ``Key`` condition, imported on first use (it imports boto3, which the first call needs anyway)."""
+    from boto3.dynamodb.conditions import Key
+
+    return Key(name)
+
+
+def Attr(name: str) -> Any:
+    """boto3's ``Attr`` condition, imported on first use."""
+    from boto3.dynamodb.conditions import Attr
+
+    return Attr(name)
 
 
 def cluster_pk(cluster: str) -> str:
@@ -90,7 +101,7 @@ class NodeTable:
         item = {"pk": cluster_pk(cluster), "sk": sk, "version": version + 1, "doc": doc}
         try:
             self.t.put_item(Item=item, ConditionExpression=condition)
-        except ClientError as err:
+        except aws.ClientError as err:
             if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
                 raise StaleRecord(f"{cluster}/{sk} changed since version {version}") from None
             raise
@@ -155,7 +166,7 @@ class NodeTable:
                 ExpressionAttributeValues=values,
             )
             return True
-        except ClientError as err:
+        except aws.ClientError as err:
             if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
                 return False
             raise

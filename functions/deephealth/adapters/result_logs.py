@@ -7,8 +7,6 @@ import json
 import re
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
-
 from deephealth.adapters import aws
 from deephealth.domain.errors import Throttled, TransientError
 
@@ -40,14 +38,14 @@ class ResultLogs:
                     hit = _error_line(event)
                     if hit and hit[0] in instance_ids and hit[0] not in found:
                         found[hit[0]] = hit[1]
-        except ClientError as err:
+        except aws.ClientError as err:
             code = err.response["Error"]["Code"]
             if code == "ResourceNotFoundException":
                 return found  # no log group yet: nothing has been logged, so no errors
             if code == "ThrottlingException":
                 raise Throttled(str(err)) from err
             raise
-        except BotoCoreError as err:
+        except aws.BotoCoreError as err:
             raise TransientError(str(err)) from err
         return found
 

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from deephealth.adapters import aws, clock
 from deephealth.adapters.node_table import NodeTable
 from deephealth.domain.rounds import LEASE_TTL_S, MAX_WAIT_S, round_name
@@ -46,7 +44,7 @@ class RoundStarter:
                 try:
                     self.sfn.start_execution(stateMachineArn=self._arn, name=name, input=payload)
                     return name
-                except ClientError as err:
+                except aws.ClientError as err:
                     if err.response["Error"]["Code"] != "ExecutionAlreadyExists":
                         raise
             if self._running(name):
@@ -60,7 +58,7 @@ class RoundStarter:
         execution_arn = self._arn.replace(":stateMachine:", ":execution:") + ":" + name
         try:
             return self.sfn.describe_execution(executionArn=execution_arn)["status"] == "RUNNING"
-        except ClientError as err:
+        except aws.ClientError as err:
             if err.response["Error"]["Code"] == "ExecutionDoesNotExist":
                 return False
             raise
