@@ -9,7 +9,7 @@ CDK := $(VENV)/cdk-cli/node_modules/.bin/cdk
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_DEFAULT_REGION ?= us-east-1
 
-.PHONY: install test lint unit integration infra simulation synth demo faults openapi clean
+.PHONY: install test lint unit integration infra simulation synth demo bench coldstart faults openapi clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,16 @@ simulation: install
 # The digital twin: the real handlers and the synthesized workflow against a simulated cluster.
 demo: install
 	$(VENV)/bin/hpdhc simulate --scenario tests/scenarios/demo.json
+
+# Our controller against a naive per-node controller on the twin, side by side (docs/BENCHMARKS.md);
+# ARGS="--scenario bench-128", "--json" or "--wall-budget 2400" (stop a run of ours after 40 min of wall time).
+bench: install
+	$(PY) -m tests.bench.run $(ARGS)
+
+# Cold-start import time of every handler module (median of 7 fresh interpreters) and the asset/layer sizes;
+# ARGS="--json", "--no-pyc" (compile from source, as on Lambda) or "--baseline DIR" (docs/BENCHMARKS.md).
+coldstart: install
+	$(PY) -m tests.bench.coldstart $(ARGS)
 
 # Every fault-injection scenario and the bad-AMI scenario: one row each (verdicts, actions, budget use).
 faults: install

@@ -17,6 +17,7 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 from unittest import mock
@@ -67,6 +68,7 @@ class Harness:
         self.asynchronous = asynchronous
         self.retried_invocations = 0  # asynchronous invocations retried after a function error
         self.failed_invocations: list[dict] = []  # given up after the retries: {function, payload, error}
+        self.invocations: Counter[str] = Counter()  # the harness's own invocations (Intake, Reconcile, API) by name
         self._notifications: list[dict] = []  # read from the topic's queue so far
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -237,6 +239,7 @@ class Harness:
 
     def _call(self, arn: str, payload: dict) -> tuple[Any, bool]:
         """(the response payload, whether it is a function error)."""
+        self.invocations[arn.rsplit(":", 1)[-1]] += 1
         response = self.lam.invoke(FunctionName=arn, Payload=json.dumps(payload).encode())
         return json.loads(response["Payload"].read() or b"null"), bool(response.get("FunctionError"))
 

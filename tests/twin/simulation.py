@@ -42,6 +42,7 @@ class SimulatedHyperPod(FakeHyperPod):
         self.truth: dict[str, Truth] = {}
         self.ready_at: dict[str, float] = {}  # first time each logical node finished its lifecycle script
         self.check_durations: list[float] = []
+        self.check_runs: dict[str, list[tuple[float, float]]] = {}  # logical id -> (began, duration) of its checks
         self.conflicting: list[tuple[float, str, str]] = []  # (time, action, logical id)
         self.check_outcomes: list[tuple[float, str, str]] = []  # (time, logical id, pass|fail|skip|replaced)
         # Controller requests on a node it already acted on, with no check outcome for the node since.
@@ -93,6 +94,12 @@ class SimulatedHyperPod(FakeHyperPod):
         if n is not None and refused is None:
             self._acted_on.add(n.logical_id)
         return refused
+
+    def _check_begins(self, c: Cluster, check: HealthCheck, n: Node, checks: set[str]) -> None:
+        drawn = len(self.check_durations)
+        super()._check_begins(c, check, n, checks)
+        if len(self.check_durations) > drawn:  # it began: `n` is in the check for the duration just drawn
+            self.check_runs.setdefault(n.logical_id, []).append((self._t, self.check_durations[-1]))
 
     def _check_finished(self, c: Cluster, check: HealthCheck, n: Node, outcome: str) -> None:
         self._outcome(n, outcome)
