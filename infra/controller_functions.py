@@ -108,7 +108,14 @@ FUNCTIONS: Mapping[str, FunctionSpec] = {
 }
 # Exactly the DynamoDB calls of the code (adapters/node_table.py), instead of grant_read_write_data's twelve
 # actions (Scan, Batch*, stream reads...); tests/infra/test_security.py fails when code and grant drift apart.
-TABLE_ACTIONS = ("dynamodb:DeleteItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:Query", "dynamodb:UpdateItem")
+TABLE_ACTIONS = (
+    "dynamodb:BatchGetItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:GetItem",
+    "dynamodb:PutItem",
+    "dynamodb:Query",
+    "dynamodb:UpdateItem",
+)
 # The state machine's Task states, in the order of the ASL placeholders (`${<Id>FunctionArn}`).
 ROUND_TASKS = ("ClaimRound", "StartCheck", "PollCheck", "RecoverNodes", "FinishRound")
 # The functions that start check rounds (ROUND_STATE_MACHINE_ARN, states:StartExecution/DescribeExecution).

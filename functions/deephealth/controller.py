@@ -33,12 +33,15 @@ from deephealth.domain.on_demand import JOBS_NOTE, CheckRequest, due_for_revalid
 from deephealth.domain.policy import ControllerConfig
 from deephealth.domain.recovery import action_refused, action_started
 from deephealth.domain.rounds import (
+    FULL_OBSERVE_S,
     LEASE_TTL_S,
+    ListingWindow,
     RoundState,
     build_check_request,
     claimable,
     expected_check_s,
     gather_delay,
+    listing_window,
     next_wait,
     round_name,
     select_for_round,
@@ -194,6 +197,33 @@ class Controller:
         """One paginated ListClusterNodes pass (+ one result-log query if a check ended) folded into records."""
         view = self._view(cluster, fresh=fresh)
         snapshots = {s.key: s for s in self.hyperpod.list_nodes(cluster) if s.key}
+        changes = self._fold(cluster, view, snapshots, trigger)
+        if changes and not view.records:
+            self.table.register_cluster(cluster)
+        for saved in self._save(changes):
+            view.records[saved.key] = saved
+        return view
+
+    def observe_members(self, cluster: str, round_id: str, window: ListingWindow) -> ClusterView:
+        """A poll's cheap look: list only the round's launch-time window, read only the nodes listed, and fold
+        what the round's members show. A member missing from the window (replaced mid-check: a new launch
+        time) waits for the next look at the whole cluster."""
+        view = self._view(cluster, load_records=False)
+        listed = {s.key: s for s in self.hyperpod.list_nodes(cluster, window) if s.key}
+        view.records = {
+            k: r
+            for k, r in self.table.load_nodes(cluster, listed).items()
+            if r.state == NodeState.CHECKING and r.round_id == round_id
+        }
+        changes = self._fold(cluster, view, {k: listed[k] for k in view.records}, round_id)
+        for saved in self._save(changes):
+            view.records[saved.key] = saved
+        return view
+
+    def _fold(
+        self, cluster: str, view: ClusterView, snapshots: dict[str, NodeSnapshot], trigger: str
+    ) -> list[tuple[NodeRecord, Decision]]:
+        """Observe every node in `snapshots` or `view.records`; the result logs are read once, if a check ended."""
         view.snapshots = snapshots
         # Claimed nodes whose check has not started yet have not left anything: no result-log query for them.
         checking = [r for r in view.records.values() if r.state == NodeState.CHECKING and r.check_started_at]
@@ -211,16 +241,11 @@ class Controller:
             log_errors=log_errors,
             groups=view.groups,
         )
-        changes = [
+        return [
             c
             for key in sorted(set(snapshots) | set(view.records))
             if (c := observe(cluster, view.records.get(key), snapshots.get(key), obs))
         ]
-        if changes and not view.records:
-            self.table.register_cluster(cluster)
-        for saved in self._save(changes):
-            view.records[saved.key] = saved
-        return view
 
     # -- operators: read models and on-demand checks --------------------------------------------------
     def cluster_names(self) -> list[str]:
@@ -472,12 +497,24 @@ class Controller:
         expected = expected_check_s(configs)
         interval = min((g.policy.poll_interval_s for g in view.groups.values()), default=60)
         wait = next_wait(now, now, expected, interval, awaiting_start=True) if configs else 0
-        return state.model_copy(update={"started_at": now, "wait_s": wait, "done": not configs})
+        window = listing_window(snapshots[r.key] for r in ready + already)
+        return state.model_copy(
+            update={"started_at": now, "wait_s": wait, "done": not configs, "window": window, "observed_at": now}
+        )
 
     def poll_check(self, state: RoundState) -> RoundState:
+        """Look at the round's members (and, every FULL_OBSERVE_S, at the whole cluster); decide when to look
+        again. The round ends only after a look at the whole cluster has found no member left in the check."""
         now = self._renew(state)
+        observed_at = state.observed_at
+        full = state.window is None or observed_at is None or now - observed_at >= FULL_OBSERVE_S
         try:
-            view = self.observe_cluster(state.cluster, state.round_id)
+            if not full:
+                view = self.observe_members(state.cluster, state.round_id, state.window)  # type: ignore[arg-type]
+                full = not self._members(view, state.round_id)  # it looks finished: confirm on the whole cluster
+            if full:
+                view = self.observe_cluster(state.cluster, state.round_id)
+                observed_at = now
         except ClusterNotFound:
             self.close_cluster(state.cluster, "cluster deleted during the round", state.round_id)
             return state.model_copy(update={"done": True, "wait_s": 0, "recovery_due": 0})
@@ -499,7 +536,14 @@ class Controller:
             )
         )
         return state.model_copy(
-            update={"done": done, "wait_s": wait, "polls": polls, "recovery_due": len(self._due(view))}
+            update={
+                "done": done,
+                "wait_s": wait,
+                "polls": polls,
+                "observed_at": observed_at,
+                # Only a look at the whole cluster sees every node due for recovery; the round ends on one.
+                "recovery_due": len(self._due(view)) if observed_at == now else state.recovery_due,
+            }
         )
 
     def recover_nodes(self, state: RoundState) -> RoundState:

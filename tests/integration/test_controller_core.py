@@ -1,5 +1,6 @@
 """The controller end to end: the synthesized workflow, the real handlers, moto and the HyperPod fake."""
 
+import itertools
 from collections import Counter
 
 import pytest
@@ -93,6 +94,24 @@ def test_node_replaced_by_hyperpod_mid_check_gets_its_replacement_checked(harnes
     assert any(h.state == NodeState.PENDING and "replaced" in h.reason for h in record.history)
     assert fake.calls["StartClusterHealthCheck"] == 2, "the replacement got its own check"
     assert not _controller_actions(fake)
+
+
+@pytest.mark.controller_config({"clusters": ["demo"], "defaults": {"gather_window_s": 0}})
+def test_polls_list_the_rounds_launch_window_and_the_whole_cluster_every_five_minutes(harness, fake):
+    fake.create_cluster("demo", [GroupSpec("workers", count=4)])
+    early = set(fake.cluster("demo").nodes)
+    harness.run_until(lambda: _all_final(harness, "demo", 4), horizon_s=12 * 3600)
+    (start,) = [t for t, op, _ in fake.requests if op == "StartClusterHealthCheck"]
+    launched = [fake.node("demo", lid).launched for lid in early]
+    listings = [(t, p) for t, op, p in fake.requests if op == "ListClusterNodes" and t > start]
+    windowed = [p for _, p in listings if "CreationTimeAfter" in p]
+    whole = [t for t, p in listings if "CreationTimeAfter" not in p]
+    assert windowed and len(windowed) > len(whole)
+    for p in windowed:
+        assert p["InstanceGroupNameContains"] == "workers"
+        assert p["CreationTimeAfter"] < min(launched) <= max(launched) < p["CreationTimeBefore"]  # epoch s on the wire
+    assert all(b - a >= 300 for a, b in itertools.pairwise(whole)), "the whole cluster at most every 5 minutes"
+    assert {r.state for r in harness.records("demo").values()} == {NodeState.PASSED}
 
 
 @pytest.mark.controller_config({"clusters": ["demo"], "defaults": {"gather_window_s": 0}})

@@ -1,6 +1,6 @@
 import pytest
 
-from deephealth.domain.nodes import NodeRecord, NodeState
+from deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState
 from deephealth.domain.observe import GroupContext
 from deephealth.domain.policy import GroupPolicy, Mode
 from deephealth.domain.rounds import (
@@ -13,6 +13,7 @@ from deephealth.domain.rounds import (
     claimable,
     gather_delay,
     group_checks,
+    listing_window,
     next_wait,
     round_name,
     select_for_round,
@@ -98,3 +99,18 @@ def test_adaptive_polling(elapsed, awaiting, expected):
 def test_round_names_are_deterministic_and_valid():
     assert round_name("my.cluster", 7) == "my-cluster-r000007"
     assert len(round_name("a" * 63, 999999)) <= 80
+
+
+def _listed(group: str, launched_at: float | None) -> NodeSnapshot:
+    return NodeSnapshot(group=group, instance_id="i-1", status="Running", launched_at=launched_at)
+
+
+def test_a_rounds_listing_window_spans_its_members_launch_times_and_names_a_lone_group():
+    window = listing_window([_listed("p5", 300.0), _listed("p5", 100.0), _listed("p5", 200.0)])
+    assert (window.launched_after, window.launched_before, window.group) == (100.0, 300.0, "p5")
+    assert listing_window([_listed("p5", 100.0), _listed("g5", 200.0)]).group is None, "two groups: no group filter"
+
+
+def test_without_every_launch_time_a_round_lists_the_whole_cluster():
+    assert listing_window([_listed("p5", 100.0), _listed("p5", None)]) is None
+    assert listing_window([]) is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -9,7 +10,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from deephealth.adapters import aws
 from deephealth.domain.errors import ClusterBusy, ClusterNotFound, Throttled, TransientError
 from deephealth.domain.nodes import Action, NodeSnapshot
-from deephealth.domain.rounds import MAX_NODES_PER_ACTION_CALL, chunks
+from deephealth.domain.rounds import MAX_NODES_PER_ACTION_CALL, ListingWindow, chunks
 from deephealth.observability import MetricUnit, metrics
 
 if TYPE_CHECKING:
@@ -120,12 +121,18 @@ class HyperPod:
         except (aws.ClientError, aws.BotoCoreError) as err:
             _raise_mapped(err)
 
-    def list_nodes(self, cluster: str) -> list[NodeSnapshot]:
-        """Every node of the cluster, provisioning ones included, in one paginated pass."""
+    def list_nodes(self, cluster: str, window: ListingWindow | None = None) -> list[NodeSnapshot]:
+        """Every node of the cluster, provisioning ones included, in one paginated pass; with a `window`, only
+        the nodes launched within it (and of its group), which is how a round's poll lists just its members."""
+        params: dict[str, Any] = {"ClusterName": cluster, "IncludeNodeLogicalIds": True}
+        if window is not None:
+            # The filters are exclusive; whole seconds either side keep a member on the boundary inside.
+            params["CreationTimeAfter"] = _utc(window.launched_after - 1)
+            params["CreationTimeBefore"] = _utc(window.launched_before + 1)
+            if window.group:
+                params["InstanceGroupNameContains"] = window.group
         try:
-            pages = self.sm.get_paginator("list_cluster_nodes").paginate(
-                ClusterName=cluster, IncludeNodeLogicalIds=True, PaginationConfig={"PageSize": 100}
-            )
+            pages = self.sm.get_paginator("list_cluster_nodes").paginate(**params, PaginationConfig={"PageSize": 100})
             return [_snapshot(s) for p in pages for s in p.get("ClusterNodeSummaries", [])]
         except (aws.ClientError, aws.BotoCoreError) as err:
             _raise_mapped(err)
@@ -190,10 +197,16 @@ class HyperPod:
 
 
 def _snapshot(s: dict) -> NodeSnapshot:
+    launched = s.get("LaunchTime")
     return NodeSnapshot(
         group=s["InstanceGroupName"],
         instance_id=s.get("InstanceId") or None,
         logical_id=s.get("NodeLogicalId"),
         status=(s.get("InstanceStatus") or {}).get("Status", "Pending"),
         instance_type=s.get("InstanceType"),
+        launched_at=launched.timestamp() if isinstance(launched, dt.datetime) else None,
     )
+
+
+def _utc(epoch_s: float) -> dt.datetime:
+    return dt.datetime.fromtimestamp(epoch_s, tz=dt.UTC)

@@ -8,18 +8,23 @@ is conditional on the version read, so two writers never silently overwrite each
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 from deephealth.adapters import aws
-from deephealth.domain.errors import StaleRecord
+from deephealth.domain.errors import StaleRecord, Throttled
 from deephealth.domain.nodes import NodeRecord
+from deephealth.domain.rounds import chunks
 from deephealth.domain.safety import SafetyState
 
 NODE_PREFIX = "NODE#"
 ROUND_SK = "ROUND"
 SAFETY_SK = "SAFETY"
 REGISTRY_PK = "CLUSTERS"
+BATCH_GET_MAX = 100  # keys per BatchGetItem (the API's limit)
+BATCH_GET_ATTEMPTS = 5
 
 
 def Key(name: str) -> Any:
@@ -72,6 +77,33 @@ class NodeTable:
             if "LastEvaluatedKey" not in page:
                 return records
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def load_nodes(self, cluster: str, keys: Iterable[str]) -> dict[str, NodeRecord]:
+        """The records of these nodes (consistent reads, 100 per BatchGetItem); unknown keys are left out."""
+        records: dict[str, NodeRecord] = {}
+        pk = cluster_pk(cluster)
+        for part in chunks(sorted(set(keys)), BATCH_GET_MAX):
+            request: dict[str, Any] = {
+                self._name: {
+                    "Keys": [{"pk": pk, "sk": NODE_PREFIX + k} for k in part],
+                    "ProjectionExpression": "#doc",
+                    "ExpressionAttributeNames": {"#doc": "doc"},
+                    "ConsistentRead": True,
+                }
+            }
+            for attempt in range(BATCH_GET_ATTEMPTS):
+                # The resource's client: it takes and returns plain Python values, as the Table does.
+                page = self.t.meta.client.batch_get_item(RequestItems=request)
+                for item in page.get("Responses", {}).get(self._name, []):
+                    record = _record(item)
+                    records[record.key] = record
+                request = page.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+                time.sleep(min(1.0, 0.05 * 2**attempt))  # DynamoDB's advice for unprocessed keys: back off
+            else:
+                raise Throttled(f"BatchGetItem left keys unprocessed after {BATCH_GET_ATTEMPTS} attempts")
+        return records
 
     def get(self, cluster: str, key: str) -> NodeRecord | None:
         item = self.t.get_item(Key={"pk": cluster_pk(cluster), "sk": NODE_PREFIX + key}, ConsistentRead=True)

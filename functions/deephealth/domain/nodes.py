@@ -76,6 +76,7 @@ class NodeSnapshot(BaseModel):
     logical_id: str | None = None
     status: str
     instance_type: str | None = None
+    launched_at: float | None = None  # LaunchTime (epoch s): what ListClusterNodes' creation-time filters match
 
     @property
     def key(self) -> str:

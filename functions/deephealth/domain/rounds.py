@@ -11,7 +11,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from deephealth.domain.nodes import NodeRecord, NodeState
+from deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState
 from deephealth.domain.observe import GroupContext
 from deephealth.domain.verdicts import SKIP_GRACE_S
 
@@ -29,8 +29,33 @@ EXPECTED_CHECK_S = {
 FIRST_POLL_S = 90  # the first look confirms the nodes entered the check
 MAX_WAIT_S = 3600
 LEASE_TTL_S = 6 * 3600  # renewed on every step; a dead round's lease frees itself
+# A poll lists only the round's members (one launch-time window, usually one page); the whole cluster is
+# observed this often, as Reconcile does when no round is live (it leaves a live round's cluster to the polls).
+FULL_OBSERVE_S = 300
 
 T = TypeVar("T")
+
+
+class ListingWindow(BaseModel):
+    """Where a round's members are in ListClusterNodes: launched between these times (epoch s), of `group`."""
+
+    launched_after: float
+    launched_before: float
+    group: str | None = None  # set when every member is of one instance group
+
+
+def listing_window(snapshots: Iterable[NodeSnapshot]) -> ListingWindow | None:
+    """The narrowest listing that holds these nodes; None when one has no launch time (list everything)."""
+    snapshots = list(snapshots)
+    times = [s.launched_at for s in snapshots]
+    if not times or any(t is None for t in times):
+        return None
+    groups = {s.group for s in snapshots}
+    return ListingWindow(
+        launched_after=min(times),  # type: ignore[type-var]
+        launched_before=max(times),  # type: ignore[type-var]
+        group=groups.pop() if len(groups) == 1 else None,
+    )
 
 
 class RoundState(BaseModel):
@@ -48,6 +73,8 @@ class RoundState(BaseModel):
     started_at: float | None = None
     wait_s: int = 0
     polls: int = 0
+    window: ListingWindow | None = None  # where the members are listed; None: list the whole cluster
+    observed_at: float | None = None  # the last time a step observed the whole cluster
     done: bool = False
     error: dict | None = None  # set by the workflow's Catch before "Abandon round"
 
