@@ -113,6 +113,13 @@ class Controller:
             # A step before readiness (provisioned, script started, a reboot or replacement under way): nothing to
             # record yet, so no DescribeClusterNode; the readiness event, a round or Reconcile's listing follows.
             return f"hint only: {signal.reason[:100]}"
+        if not signal.unhealthy:
+            # A node may have become ready, or changed. HyperPod's listing is the truth, not the event: the round's
+            # Claim lists the cluster once and records every node that is ready, and a live round's polls list it
+            # every FULL_OBSERVE_S. So the event only wakes the cluster's round. A DescribeClusterNode per event
+            # would be one call per node, and a burst of 500 arrivals would meet SageMaker's throttling.
+            self._start_round(signal.cluster)
+            return f"round woken: {signal.reason[:100]}"
         try:
             view = self._view(signal.cluster, load_records=False)
         except ClusterNotFound:

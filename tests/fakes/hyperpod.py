@@ -171,6 +171,7 @@ class Cluster:
     check: HealthCheck | None = None  # the active on-demand check, if any
     checks: list[HealthCheck] = field(default_factory=list)  # history, for assertions
     gone: bool = False
+    deleting_at: float | None = None  # when DeleteCluster was accepted
 
     def by_instance(self, instance_id: str) -> Node | None:
         return next((n for n in self.nodes.values() if n.instance_id and n.instance_id == instance_id), None)
@@ -735,6 +736,7 @@ class FakeHyperPod:
 
     def _delete(self, c: Cluster) -> None:
         c.status = "Deleting"
+        c.deleting_at = self._t
         self._emit_state_change(c)
         self._at(c, DELETE_S, lambda: self._gone(c))
 

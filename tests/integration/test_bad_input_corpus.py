@@ -50,6 +50,10 @@ def table_items() -> list[dict[str, Any]]:
     return sorted((item for page in pages for item in page["Items"]), key=lambda i: (i["pk"]["S"], i["sk"]["S"]))
 
 
+def node_items(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [i for i in items if i["sk"]["S"].startswith("NODE#")]
+
+
 def emitted_metrics(stdout: str) -> dict[str, float]:
     """Metric name -> summed value over every EMF document printed during the case."""
     found: dict[str, float] = {}
@@ -99,6 +103,15 @@ def test_intake_rejects_bad_events(world, case, caplog, capsys):
     outcome = result["outcome"]
     assert outcome.split(":")[0] == case["expect"]["outcome"], result
     assert len(json.dumps(result)) < MAX_ANSWER
+    if case["expect"]["outcome"] == "round woken":
+        # Well formed, about a node HyperPod does not list: the event only wakes the round, whose listing finds
+        # nothing new. No node is written and nothing is acted on.
+        world.wait_for_executions()
+        assert node_items(table_items()) == node_items(before), "a woken round wrote a node it does not list"
+        acted = {op for op, n in world.fake.calls.items() if n != calls_before.get(op, 0)}
+        assert acted <= {"DescribeCluster", "ListClusterNodes"}, acted
+        assert not world.running()
+        return
     check_logged_and_counted(case, caplog, capsys)
     assert table_items() == before, "a rejected event wrote to the table"
     acted = {op for op, n in world.fake.calls.items() if n != calls_before.get(op, 0)} - {"DescribeCluster"}
@@ -135,6 +148,6 @@ def test_api_rejects_bad_requests(world, case, caplog, capsys):
 
 
 def test_the_corpus_covers_every_entry_point_and_outcome():
-    assert {c["expect"]["outcome"] for c in EVENT_CASES} == {"malformed", "foreign", "ignored"}
+    assert {c["expect"]["outcome"] for c in EVENT_CASES} == {"malformed", "foreign", "ignored", "round woken"}
     assert {c["expect"]["status"] for c in API_CASES} == {404, 422}
     assert {c["input"]["method"] for c in API_CASES} >= {"GET", "POST", "PUT", "DELETE", "PATCH"}

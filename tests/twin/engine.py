@@ -101,13 +101,24 @@ class Harness:
     def __exit__(self, *exc: object) -> None:
         self.closing = True  # from now on time stands still and no Lambda runs
         for execution in self.running():  # the horizon ended the run: stop what is left, don't wait
-            self.sfn.stop_execution(executionArn=execution["executionArn"], cause="simulation horizon")
+            self._stop(execution["executionArn"])
         # Let the interpreter threads notice before the mocks go: no call may ever leave this process.
         deadline = time.monotonic() + 10
         while any(t.is_alive() for t in moto_patches.interpreter_threads()) and time.monotonic() < deadline:
             time.sleep(0.05)
         while self._stack:
             self._stack.pop().__exit__(None, None, None)
+
+    def _stop(self, execution_arn: str) -> None:
+        # moto raises AttributeError when an execution is stopped before its worker thread has set itself up
+        # (an execution started an instant ago); it is set up within milliseconds.
+        for _ in range(100):
+            try:
+                self.sfn.stop_execution(executionArn=execution_arn, cause="simulation horizon")
+                return
+            except AttributeError:
+                time.sleep(0.01)
+        self.sfn.stop_execution(executionArn=execution_arn, cause="simulation horizon")
 
     def _create_resources(self) -> None:
         ddb = boto3.client("dynamodb", region_name=REGION)

@@ -76,8 +76,11 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
         record = records.get(n.logical_id)
         kinds = [kind for kind, _ in actions_by_node.get(n.logical_id, [])]
         category = outcome(record, kinds)
-        if record is None and n.logical_id not in sim.ready_at and twin.cluster_model.status != "InService":
-            category = "gone"  # still provisioning when its cluster was deleted: never a node to judge
+        deleting_at = twin.cluster_model.deleting_at
+        ready_at = sim.ready_at.get(n.logical_id)
+        if record is None and deleting_at is not None and (ready_at is None or ready_at >= deleting_at):
+            # Still provisioning when its cluster was deleted, or ready only after: never a node to judge.
+            category = "gone"
         verdicts[category] += 1
         ready = sim.ready_at.get(n.logical_id)
         verdict_at = record.verdict_at if record and category != "no_verdict" else None

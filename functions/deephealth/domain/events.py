@@ -1,7 +1,8 @@
 """HyperPod EventBridge events: typed detail models and a pure classification.
 
 Descriptions are free text and events arrive at least once and out of order, so an event is only ever a
-hint: the intake confirms the node's real state with the API before anything is decided.
+hint: nothing is decided from it. A node event wakes the cluster's round, whose ListClusterNodes pass says what
+is true; an unhealthy report is confirmed with DescribeClusterNode first.
 
 Names and ids are held to the SageMaker API's own patterns (botocore model), so a hostile or garbled
 value is a `MalformedEvent` here instead of a `ValidationException` (and a retry) in the API call later.
@@ -92,7 +93,8 @@ class StateChangeDetail(_Lenient):
 
 @dataclass(frozen=True)
 class NodeSignal:
-    """Something may have happened to one node: confirm with DescribeClusterNode, then observe."""
+    """Something may have happened to one node. Readiness wakes the cluster's round, whose listing records the
+    node; an unhealthy report is confirmed with DescribeClusterNode, then observed."""
 
     cluster: str
     event_id: str
@@ -183,7 +185,7 @@ def _cluster_event(d: ClusterEventDetails, event_id: str) -> NodeSignal | Cluste
 
 
 # Instance events that only announce a step towards readiness (the documented descriptions). Anything else,
-# unknown wording included, is confirmed with DescribeClusterNode: a missed signal costs a call, never a node.
+# unknown wording included, wakes the cluster's round: a missed signal costs a listing, never a node.
 BEFORE_READINESS = ("successfully provisioned", "replacement started", "currently in progress")
 
 
