@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -137,22 +139,61 @@ def dependency_group(pyproject: Path, group: str) -> list[str]:
     return expand(group, ())
 
 
+def runtime_python() -> str | None:
+    """A CPython of the Lambda runtime's minor version on this machine (PATH, then pyenv), or None.
+
+    Lambda's /opt is read-only, so a layer without bytecode is compiled from source on every cold start (about
+    twice the import time, docs/BENCHMARKS.md). Bytecode is specific to the minor version, so only a 3.13
+    interpreter can write what the 3.13 runtime reads.
+    """
+    pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
+    candidates = [str(d / "bin" / f"python{PYTHON_VERSION}") for d in sorted(pyenv.glob(f"{PYTHON_VERSION}.*"))]
+    candidates.append(shutil.which(f"python{PYTHON_VERSION}"))  # may be a pyenv shim: asked below, like the rest
+    for candidate in filter(None, candidates):
+        try:
+            answer = subprocess.run(
+                [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                capture_output=True, text=True, timeout=30, check=False,
+            )  # fmt: skip
+        except OSError:
+            continue
+        if answer.returncode == 0 and answer.stdout.strip() == PYTHON_VERSION:
+            return candidate
+    return None
+
+
+def compile_bytecode(python: str, directory: Path) -> None:
+    """Write `python`'s bytecode for every module under `directory`, valid without checking the sources.
+
+    unchecked-hash: valid whatever the files' mtimes in the zip; the layer never changes in place. A file that
+    does not compile (none today) is compiled at import instead, as without this step.
+    """
+    subprocess.run(
+        [python, "-m", "compileall", "-q", "-j", "0", "--invalidation-mode", "unchecked-hash", str(directory)],
+        capture_output=True,
+        check=False,
+    )
+
+
 @jsii.implements(ILocalBundling)
 class PipInstall:
-    """Local bundling: ``pip install`` Linux ARM64 CPython 3.13 wheels into ``<output>/python``.
+    """Local bundling: ``pip install`` Linux ARM64 CPython 3.13 wheels into ``<output>/python``, then, when a
+    3.13 interpreter is at hand, compile them to bytecode the runtime reads without checking sources.
 
     Raises instead of returning False, so CDK never falls back to Docker (there is none here).
     """
 
-    def __init__(self, requirements: Sequence[str]) -> None:
+    def __init__(self, requirements: Sequence[str], compiler: str | None = None, platform: str = PIP_PLATFORM) -> None:
         self.requirements = list(requirements)
+        self.compiler = compiler
+        self.platform = platform  # another platform only for measuring here (tests/bench/coldstart.py)
 
     def try_bundle(self, output_dir: str, *, image: DockerImage, **_: Any) -> bool:
         command = [
             sys.executable, "-m", "pip", "install",
             "--quiet", "--disable-pip-version-check", "--no-compile",
             "--target", str(Path(output_dir) / "python"),
-            "--platform", PIP_PLATFORM,
+            "--platform", self.platform,
             "--only-binary=:all:",
             "--python-version", PYTHON_VERSION,
             "--implementation", "cp",
@@ -161,6 +202,8 @@ class PipInstall:
         result = subprocess.run(command, capture_output=True, text=True, check=False)
         if result.returncode != 0:
             raise RuntimeError(f"building the dependency layer failed (pip exit {result.returncode}):\n{result.stderr}")
+        if self.compiler:
+            compile_bytecode(self.compiler, Path(output_dir) / "python")
         return True
 
 
@@ -171,9 +214,12 @@ class DependenciesLayer(lambda_.LayerVersion):
         self, scope: Construct, id: str, *, pyproject: Path = PYPROJECT, group: str = DEPENDENCY_GROUP
     ) -> None:
         requirements = dependency_group(pyproject, group)
-        # The pinned requirement list and the target platform fully determine the bundle, so they are
-        # its hash: no fingerprinting of the source directory, and an unchanged layer is not rebuilt.
-        asset_hash = hashlib.sha256(json.dumps([requirements, PIP_PLATFORM, PYTHON_VERSION]).encode()).hexdigest()
+        compiler = runtime_python()
+        # The pinned requirement list, the target platform and whether bytecode is included fully determine the
+        # bundle, so they are its hash: no fingerprinting of the source directory, and an unchanged layer is not
+        # rebuilt.
+        bundle = [requirements, PIP_PLATFORM, PYTHON_VERSION, "bytecode" if compiler else "source"]
+        asset_hash = hashlib.sha256(json.dumps(bundle).encode()).hexdigest()
         super().__init__(
             scope,
             id,
@@ -183,7 +229,7 @@ class DependenciesLayer(lambda_.LayerVersion):
                 asset_hash=asset_hash,
                 bundling=BundlingOptions(
                     image=RUNTIME.bundling_image,  # required by the API; never used
-                    local=PipInstall(requirements),
+                    local=PipInstall(requirements, compiler),
                 ),
             ),
             compatible_runtimes=[RUNTIME],

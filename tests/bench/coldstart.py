@@ -19,12 +19,18 @@ without ``__pycache__`` and ``*.pyc``), and the dependency layer: the synthesize
 when there is one, otherwise built the way the CDK app builds it (``PipInstall``: local pip, Linux ARM64,
 CPython 3.13 wheels) into ``.build/coldstart/`` and reused from there.
 
-``--no-pyc``: our code and the third-party packages are compiled from source on every run, as on Lambda
-(the layer is installed ``--no-compile``, the asset excludes ``*.pyc``, and both are read-only there); the
-standard library is read from a bytecode cache compiled once, as the runtime ships it.
+``--no-pyc``: our code and the third-party packages are compiled from source on every run, as a Lambda
+without bytecode does (the asset excludes ``*.pyc``, and /var/task and /opt are read-only there, so nothing
+compiled is kept); the standard library is read from a bytecode cache compiled once, as the runtime ships it.
+
+``--runtime``: the Lambda runtime's own Python (3.13, found as the CDK app finds it) imports each handler
+with the layer built the way the app builds it, once as source only and once with the bytecode the app
+compiles into it (``infra.controller_functions.PipInstall``). The wheels are the x86_64 ones of the same
+pinned versions, because the deployed aarch64 layer cannot be imported on this machine. Our own code is
+compiled from source in both, as on Lambda.
 
     python -m tests.bench.coldstart [--runs 7] [--handler intake ...] [--baseline DIR] [--no-pyc]
-                                    [--no-sizes] [--json]
+                                    [--runtime] [--no-sizes] [--json]
 """
 
 from __future__ import annotations
@@ -42,7 +48,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import sysconfig
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,27 +152,44 @@ def _by_package(root: _Node) -> dict[str, int]:
 # ---------------------------------------------------------------- one cold interpreter
 
 
-def handler_env(functions: Path = FUNCTIONS_DIR, pycache: str | None = None) -> dict[str, str]:
+def handler_env(
+    functions: Path = FUNCTIONS_DIR, pycache: str | None = None, layer: Path | None = None
+) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "POWERTOOLS_"))}
-    env.update(HANDLER_ENV, PYTHONPATH=str(functions))
+    env.update(HANDLER_ENV, PYTHONPATH=str(functions) + (f"{os.pathsep}{layer}" if layer else ""))
     if pycache:  # read bytecode only from there, write none
         env.update(PYTHONPYCACHEPREFIX=pycache, PYTHONDONTWRITEBYTECODE="1")
+    elif layer:  # read the layer's own bytecode, write none (read-only on Lambda)
+        env.update(PYTHONDONTWRITEBYTECODE="1")
     return env
 
 
 @functools.cache
-def stdlib_pycache() -> str:
+def stdlib_pycache(python: str = sys.executable) -> str:
     """A bytecode cache holding only the standard library (as the Lambda runtime ships it compiled)."""
     prefix = tempfile.mkdtemp(prefix="coldstart-stdlib-pyc-")
     atexit.register(shutil.rmtree, prefix, True)
     skip = r"[/\\](site-packages|dist-packages|test|tests|idlelib|tkinter|turtledemo|lib2to3|ensurepip)[/\\]"
+    stdlib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['stdlib'])"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
     subprocess.run(
-        [sys.executable, "-m", "compileall", "-q", "-j", "0", "-x", skip, sysconfig.get_paths()["stdlib"]],
+        [python, "-m", "compileall", "-q", "-j", "0", "-x", skip, stdlib],
         env={**os.environ, "PYTHONPYCACHEPREFIX": prefix},
         capture_output=True,
         check=False,  # a few files in the stdlib do not compile on purpose
     )
     return prefix
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Another interpreter with the dependency layer on its path (``--runtime``)."""
+
+    python: str
+    layer: Path  # the layer's python/ directory
+    layer_bytecode: bool  # read the layer's bytecode; else compile it from source like our code
 
 
 @dataclass(frozen=True)
@@ -178,16 +200,23 @@ class Sample:
     first_use_us: int  # import + FIRST_USE, wall clock
 
 
-def import_once(handler: str, functions: Path = FUNCTIONS_DIR, no_pyc: bool = False) -> Sample:
+def import_once(
+    handler: str, functions: Path = FUNCTIONS_DIR, no_pyc: bool = False, runtime: Runtime | None = None
+) -> Sample:
     """One fresh interpreter imports the handler module, then does what its first invocation does first."""
     module = f"deephealth.handlers.{handler}"
     first_use = FIRST_USE.format(sagemaker="" if handler == "api" else 'aws.client("sagemaker")\n')
     code = f"import os, time\nt0 = time.perf_counter()\nimport {module}\n{first_use}print(time.perf_counter() - t0)"
-    env = handler_env(functions, stdlib_pycache() if no_pyc else None)
+    python = runtime.python if runtime else sys.executable
+    if runtime:
+        pycache = None if runtime.layer_bytecode else stdlib_pycache(python)
+        env = handler_env(functions, pycache, runtime.layer)
+    else:
+        env = handler_env(functions, stdlib_pycache() if no_pyc else None)
     with tempfile.TemporaryDirectory(prefix="coldstart-") as cwd:
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
         result = subprocess.run(
-            [sys.executable, "-X", "importtime", "-c", code],
+            [python, "-X", "importtime", "-c", code],
             env=env,
             cwd=cwd,
             capture_output=True,
@@ -231,6 +260,51 @@ def measure(handlers: list[str], runs: int, trees: dict[str, Path], no_pyc: bool
     return {label: {h: summarize(h, samples[label, h]) for h in handlers} for label in trees}
 
 
+def measure_runtime(handlers: list[str], runs: int) -> dict:
+    """The runtime's Python importing each handler with the layer as source and with its bytecode, interleaved."""
+    from infra.controller_functions import runtime_python
+
+    python = runtime_python()
+    if python is None:
+        raise SystemExit("--runtime needs a CPython 3.13 on PATH or under pyenv; there is none")
+    layer = build_layer(f"manylinux2014_{platform.machine()}") / "python"
+    with tempfile.TemporaryDirectory(prefix="coldstart-functions-") as tmp:
+        functions = Path(tmp) / "functions"  # as packaged: no bytecode of ours
+        shutil.copytree(FUNCTIONS_DIR, functions, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        modes = {"source": Runtime(python, layer, False), "bytecode": Runtime(python, layer, True)}
+        samples: dict[tuple[str, str], list[Sample]] = {(m, h): [] for m in modes for h in handlers}
+        for _ in range(runs):
+            for h in handlers:
+                for m, runtime in modes.items():
+                    samples[m, h].append(import_once(h, functions, runtime=runtime))
+    version = subprocess.run([python, "--version"], capture_output=True, text=True, check=True).stdout.strip()
+    return {
+        "python": version,
+        "layer": _shown(layer),
+        "handlers": {m: {h: summarize(h, samples[m, h]) for h in handlers} for m in modes},
+    }
+
+
+def runtime_table(report: dict) -> str:
+    rt = report["runtime"]
+    src, byte = rt["handlers"]["source"], rt["handlers"]["bytecode"]
+    rows = [
+        "| handler | import ms, layer as source | import ms, layer with bytecode | import + first use ms, "
+        "source → bytecode |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    for h in src:
+        rows.append(
+            f"| {h} | {src[h]['median_ms']:.0f} | {byte[h]['median_ms']:.0f} | "
+            f"{src[h]['import_and_first_use_ms']:.0f} → {byte[h]['import_and_first_use_ms']:.0f} |"
+        )
+    rows.append(
+        f"\nMedians of {report['runs']} fresh interpreters; {rt['python']} with the layer built by PipInstall "
+        f"({rt['layer']}); our code compiled from source in both."
+    )
+    return "\n".join(rows)
+
+
 # ---------------------------------------------------------------- sizes
 
 
@@ -259,8 +333,9 @@ def layer_size() -> dict:
     return {**tree_size(path), "source": f"built by infra's PipInstall into {_shown(path)}"}
 
 
-def build_layer() -> Path:
-    """The layer bundle exactly as the CDK app's local bundler makes it (cached by its requirement list)."""
+def build_layer(platform_tag: str | None = None) -> Path:
+    """The layer bundle exactly as the CDK app's local bundler makes it (cached by its requirement list);
+    `platform_tag` builds the same pinned versions for another platform, to import them here."""
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     from infra.controller_functions import (
         DEPENDENCY_GROUP,
@@ -269,15 +344,18 @@ def build_layer() -> Path:
         PYTHON_VERSION,
         PipInstall,
         dependency_group,
+        runtime_python,
     )
 
     requirements = dependency_group(PYPROJECT, DEPENDENCY_GROUP)
-    key = hashlib.sha256(json.dumps([requirements, PIP_PLATFORM, PYTHON_VERSION]).encode()).hexdigest()[:12]
+    compiler = runtime_python()
+    bundle = [requirements, platform_tag or PIP_PLATFORM, PYTHON_VERSION, "bytecode" if compiler else "source"]
+    key = hashlib.sha256(json.dumps(bundle).encode()).hexdigest()[:12]
     out = LAYER_CACHE / f"layer-{key}"
     if not (out / ".complete").exists():
         LAYER_CACHE.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix="staging-", dir=LAYER_CACHE))
-        PipInstall(requirements).try_bundle(str(staging), image=None)
+        PipInstall(requirements, compiler, platform_tag or PIP_PLATFORM).try_bundle(str(staging), image=None)
         shutil.rmtree(out, ignore_errors=True)
         staging.rename(out)
         (out / ".complete").touch()
@@ -299,7 +377,11 @@ def run(
     baseline: Path | None = None,
     no_pyc: bool = False,
     sizes: bool = True,
+    runtime: bool = False,
 ) -> dict:
+    if runtime:
+        return {"version": 1, "date": dt.date.today().isoformat(), "runs": runs,
+                "runtime": measure_runtime(list(handlers or HANDLERS), runs)}  # fmt: skip
     trees = {"current": functions, **({"baseline": baseline} if baseline else {})}
     results = measure(list(handlers or HANDLERS), runs, trees, no_pyc)
     return {
@@ -367,6 +449,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--functions", type=Path, default=FUNCTIONS_DIR, help="the tree to import (functions/)")
     parser.add_argument("--baseline", type=Path, help="another functions/ tree to compare with, interleaved")
     parser.add_argument("--no-pyc", action="store_true", help="compile our code and the layer from source (Lambda)")
+    parser.add_argument(
+        "--runtime", action="store_true", help="the runtime's Python 3.13: layer as source against with bytecode"
+    )
     parser.add_argument("--no-sizes", action="store_true", help="skip the function asset and layer sizes")
     parser.add_argument("--json", action="store_true", help="one JSON report on stdout")
     args = parser.parse_args(argv)
@@ -382,8 +467,12 @@ def main(argv: list[str] | None = None) -> int:
         baseline=args.baseline.resolve() if args.baseline else None,
         no_pyc=args.no_pyc,
         sizes=not args.no_sizes,
+        runtime=args.runtime,
     )
-    print(json.dumps(report, indent=2) if args.json else table(report))
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(runtime_table(report) if args.runtime else table(report))
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,7 +14,7 @@ from aws_cdk.assertions import Match, Template
 
 from deephealth.domain.policy import ConfigError, parse_config
 from infra.controller_config import read_deletion_protection
-from infra.controller_functions import FUNCTIONS, ROUND_TASKS
+from infra.controller_functions import FUNCTIONS, PYTHON_VERSION, ROUND_TASKS, compile_bytecode, runtime_python
 from infra.nodes_table import NodesTable
 from infra.round_workflow import DEFINITION_FILE
 from infra.stack import HyperPodDhcStack
@@ -436,3 +437,17 @@ def test_every_function_reads_config_and_uses_table(template_json: dict[str, Any
         assert "ssm:GetParameter" in actions(statements, "ssm:"), name
         ddb = [s for s in statements if any(a.startswith("dynamodb:") for a in as_list(s["Action"]))]
         assert ddb and all(render(r).startswith(f"<{table}.Arn>") for s in ddb for r in as_list(s["Resource"])), name
+
+
+def test_layer_bytecode_is_the_runtimes_and_read_without_checking_sources(tmp_path: Path) -> None:
+    python = runtime_python()
+    if python is None:
+        pytest.skip("no CPython 3.13 here: the layer is built without bytecode (compiled at every cold start)")
+    package = tmp_path / "python" / "pkg"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("VALUE = 1\n")
+    compile_bytecode(python, tmp_path / "python")
+    (pyc,) = (package / "__pycache__").glob("*.pyc")
+    assert pyc.name == f"__init__.cpython-{PYTHON_VERSION.replace('.', '')}.pyc", "the runtime's own bytecode"
+    flags = int.from_bytes(pyc.read_bytes()[4:8], "little")
+    assert flags == 0b01, "hash-based and unchecked: valid whatever mtime the zip gives the sources"
