@@ -52,7 +52,8 @@ bench: install
 	$(PY) -m tests.bench.run $(ARGS)
 
 # Cold-start import time of every handler module (median of 7 fresh interpreters) and the asset/layer sizes;
-# ARGS="--json", "--no-pyc" (compile from source, as on Lambda) or "--baseline DIR" (docs/BENCHMARKS.md).
+# ARGS="--json", "--no-pyc" (compile from source), "--baseline DIR" or "--runtime" (Python 3.13, the layer as
+# source against with its bytecode; docs/BENCHMARKS.md).
 coldstart: install
 	$(PY) -m tests.bench.coldstart $(ARGS)
 

@@ -867,16 +867,18 @@ def _paginate(
     size = p.get("MaxResults", DEFAULT_PAGE_SIZE)
     if not 1 <= size <= 100:
         raise _validation("MaxResults must be between 1 and 100.")
-    items = sorted(items, key=key, reverse=descending)
+    keyed = [(key(i), i) for i in items]
     if token := p.get("NextToken"):
         try:
             cursor = json.loads(base64.urlsafe_b64decode(token.encode()))
         except ValueError as e:
             raise _validation("Invalid pagination token.") from e
-        items = [i for i in items if (key(i) < cursor if descending else key(i) > cursor)]
-    page = items[:size]
-    if len(items) > size:
-        return page, {"NextToken": base64.urlsafe_b64encode(json.dumps(key(page[-1])).encode()).decode()}
+        keyed = [(k, i) for k, i in keyed if (k < cursor if descending else k > cursor)]
+    # Only the page (and one more, to know there is a next) is ordered: a 10,000-node listing is 100 pages.
+    first = (heapq.nlargest if descending else heapq.nsmallest)(size + 1, keyed, key=lambda ki: ki[0])
+    page = [i for _, i in first[:size]]
+    if len(first) > size:
+        return page, {"NextToken": base64.urlsafe_b64encode(json.dumps(first[size - 1][0]).encode()).decode()}
     return page, {}
 
 
