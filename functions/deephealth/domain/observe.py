@@ -1,8 +1,9 @@
 """Level-triggered observation: fold what HyperPod reports about a node into the node's record.
 
-The same pure function serves the intake (one DescribeClusterNode after an event), the reconciler and
-the round's poll (one paginated ListClusterNodes pass per cluster), so a lost or reordered event can only
-delay a node, never lose it: the next listing tells the same story.
+The same pure function serves the reconciler, the round's steps (a ListClusterNodes pass: the whole cluster,
+or a poll's launch-time window of its members) and the intake's check of an unhealthy report (one
+DescribeClusterNode), so a lost or reordered event can only delay a node, never lose it: the next listing
+tells the same story.
 """
 
 from __future__ import annotations
