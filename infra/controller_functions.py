@@ -8,6 +8,7 @@ built from the ``lambda`` dependency group of ``pyproject.toml`` by a local ``pi
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -139,6 +140,7 @@ def dependency_group(pyproject: Path, group: str) -> list[str]:
     return expand(group, ())
 
 
+@functools.cache  # asked once per process: every synth builds the layer construct
 def runtime_python() -> str | None:
     """A CPython of the Lambda runtime's minor version on this machine (PATH, then pyenv), or None.
 

@@ -109,9 +109,9 @@ class Controller:
         return self._node_signal(signal)
 
     def _node_signal(self, signal: NodeSignal) -> str:
-        if not signal.confirm:
+        if not signal.wakes_round:
             # A step before readiness (provisioned, script started, a reboot or replacement under way): nothing to
-            # record yet, so no DescribeClusterNode; the readiness event, a round or Reconcile's listing follows.
+            # record yet; the readiness event, a round or Reconcile's listing follows.
             return f"hint only: {signal.reason[:100]}"
         if not signal.unhealthy:
             # A node may have become ready, or changed. HyperPod's listing is the truth, not the event: the round's
@@ -137,7 +137,7 @@ class Controller:
             groups=view.groups,
         )
         change = observe(signal.cluster, record, snapshot, obs)
-        if change is None and signal.unhealthy and record is not None:
+        if change is None and record is not None:  # only unhealthy reports get here
             change = mark_unhealthy(record, signal.reason, obs.now, signal.event_id)
         if change is None:
             return "no change"
@@ -549,7 +549,7 @@ class Controller:
                 "polls": polls,
                 "observed_at": observed_at,
                 # Only a look at the whole cluster sees every node due for recovery; the round ends on one.
-                "recovery_due": len(self._due(view)) if observed_at == now else state.recovery_due,
+                "recovery_due": len(self._due(view)) if full else state.recovery_due,
             }
         )
 

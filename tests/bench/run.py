@@ -162,6 +162,18 @@ class Measures:
     wait: Stat  # ready -> its first check began, seconds
     detect: Stat  # the node's last check ended -> verdict, seconds
 
+    def side_fields(self, nodes: int) -> dict[str, Any]:
+        """The fields of a `Side` these measures give, the same for both controllers."""
+        return {
+            "nodes": nodes,
+            "verdicts": dict(self.verdicts),
+            "no_verdict": self.verdicts.get("no_verdict", 0),
+            "latency_s": self.latency,
+            "ratio": self.ratio,
+            "wait_s": self.wait,
+            "detect_s": self.detect,
+        }
+
 
 def node_measures(
     sim: Any,
@@ -282,13 +294,7 @@ def run_ours(
         done = len(nodes) - m.verdicts.get("no_verdict", 0)
         return Side(
             controller="ours",
-            nodes=len(nodes),
-            verdicts=dict(m.verdicts),
-            no_verdict=m.verdicts.get("no_verdict", 0),
-            latency_s=m.latency,
-            ratio=m.ratio,
-            wait_s=m.wait,
-            detect_s=m.detect,
+            **m.side_fields(len(nodes)),
             api_calls=dict(sorted(twin.sim.calls.items())),
             executions=report["step_functions"]["executions"],
             state_transitions=entered + max(0, scheduled - task_entered),
@@ -414,13 +420,7 @@ def run_naive(
         notes.append(f"{result.coalesced_refusals} refused Start check attempts coalesced (see tests/bench/naive.py)")
     return Side(
         controller="naive",
-        nodes=len(nodes),
-        verdicts=dict(m.verdicts),
-        no_verdict=m.verdicts.get("no_verdict", 0),
-        latency_s=m.latency,
-        ratio=m.ratio,
-        wait_s=m.wait,
-        detect_s=m.detect,
+        **m.side_fields(len(nodes)),
         api_calls=dict(sorted(result.sim.calls.items())),
         executions=result.executions,
         state_transitions=result.transitions,

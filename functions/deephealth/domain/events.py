@@ -104,8 +104,8 @@ class NodeSignal:
     logical_id: str | None = None
     unhealthy: bool = False
     cluster_arn: str | None = field(default=None, compare=False)  # provenance, checked by `foreign_origin`
-    # False for steps known to come before readiness: the controller makes no API call for them.
-    confirm: bool = True
+    # False for steps known to come before readiness: they wake nothing and cost no call.
+    wakes_round: bool = True
 
 
 @dataclass(frozen=True)
@@ -177,7 +177,7 @@ def _cluster_event(d: ClusterEventDetails, event_id: str) -> NodeSignal | Cluste
             instance_id=d.InstanceId or None,
             logical_id=meta.NodeLogicalId,
             cluster_arn=d.ClusterArn,
-            confirm=not _before_readiness(meta.LcsExecutionState, description),
+            wakes_round=not _before_readiness(meta.LcsExecutionState, description),
         )
     if d.ResourceType in ("Cluster", "InstanceGroup"):
         return ClusterSignal(cluster=d.ClusterName, event_id=eid, reason=description, cluster_arn=d.ClusterArn)
