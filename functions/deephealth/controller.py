@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from deephealth.adapters.hyperpod import ClusterInfo, HyperPod
-from deephealth.adapters.node_table import NodeTable
+from deephealth.adapters.node_table import NodeTable, RoundMeta
 from deephealth.adapters.notifications import Notifier
 from deephealth.adapters.result_logs import ResultLogs
 from deephealth.adapters.round_starter import RoundStarter
@@ -26,12 +26,13 @@ from deephealth.domain.nodes import (
     NodeSnapshot,
     NodeState,
     Verdict,
+    round_seq_of,
     transition,
 )
 from deephealth.domain.observe import GroupContext, Observation, close_out, mark_unhealthy, observe
 from deephealth.domain.on_demand import JOBS_NOTE, CheckRequest, due_for_revalidation, find, request_checks
 from deephealth.domain.policy import ControllerConfig
-from deephealth.domain.recovery import action_refused, action_started
+from deephealth.domain.recovery import action_refused, action_started, action_unconfirmed
 from deephealth.domain.rounds import (
     FULL_OBSERVE_S,
     LEASE_TTL_S,
@@ -47,12 +48,14 @@ from deephealth.domain.rounds import (
     select_for_round,
 )
 from deephealth.domain.safety import (
-    STICKY_HOLDS,
     Alert,
+    SafetyState,
     admit_to_round,
     budget_use,
+    due_recoveries,
     failure_counts,
     gate_recovery,
+    progress_possible,
     release_holds,
     reset,
 )
@@ -72,6 +75,8 @@ class ClusterView:
     groups: dict[str, GroupContext]
     records: dict[str, NodeRecord] = field(default_factory=dict)
     snapshots: dict[str, NodeSnapshot] = field(default_factory=dict)  # set by observe_cluster
+    # Records of an earlier cluster of the same name (deleted and recreated): never observed, counted or shown.
+    previous: dict[str, NodeRecord] = field(default_factory=dict)
 
 
 class Controller:
@@ -137,8 +142,8 @@ class Controller:
             groups=view.groups,
         )
         change = observe(signal.cluster, record, snapshot, obs)
-        if change is None and record is not None:  # only unhealthy reports get here
-            change = mark_unhealthy(record, signal.reason, obs.now, signal.event_id)
+        if change is None and record is not None and snapshot is not None:  # only unhealthy reports get here
+            change = mark_unhealthy(record, snapshot, signal.reason, obs)
         if change is None:
             return "no change"
         saved = self._save([change])
@@ -169,8 +174,10 @@ class Controller:
         live = trigger == "reconcile" and meta.holder and meta.lease_expires_at > self.clock()
         if live and (self.starter is None or self.starter.ensure_round(cluster) == meta.holder):
             return f"round {meta.holder} is live; its polls observe the cluster"
+        if live:
+            meta = self.table.round_meta(cluster)  # the starter moved past a round that died holding the lease
         try:
-            view = self.observe_cluster(cluster, trigger, fresh=True)
+            view = self.observe_cluster(cluster, trigger, fresh=True, orphaned_before=self._orphaned_before(meta))
         except ClusterNotFound:
             return self.close_cluster(cluster, "cluster not found", trigger)
         if view.info.status in CLOSING_STATUSES:
@@ -188,7 +195,7 @@ class Controller:
             )
             for saved in self._save(queued):
                 view.records[saved.key] = saved
-        if self._has_work(view):
+        if self._progress(view) is not None:
             self._start_round(cluster)
         states = Counter(r.state.value for r in view.records.values())
         return ", ".join(f"{k}={v}" for k, v in sorted(states.items())) or "no nodes"
@@ -200,11 +207,18 @@ class Controller:
         self.table.unregister_cluster(cluster)
         return f"closed out {len(changes)} node(s): {reason}"
 
-    def observe_cluster(self, cluster: str, trigger: str, fresh: bool = False) -> ClusterView:
-        """One paginated ListClusterNodes pass (+ one result-log query if a check ended) folded into records."""
+    def observe_cluster(
+        self, cluster: str, trigger: str, fresh: bool = False, orphaned_before: int | None = None
+    ) -> ClusterView:
+        """One paginated ListClusterNodes pass (+ one result-log query if a check ended) folded into records.
+
+        `orphaned_before`: rounds before this sequence number have ended, so what they claimed and never started
+        goes back in the queue (None: the caller cannot tell)."""
         view = self._view(cluster, fresh=fresh)
         snapshots = {s.key: s for s in self.hyperpod.list_nodes(cluster) if s.key}
-        changes = self._fold(cluster, view, snapshots, trigger)
+        changes = self._fold(cluster, view, snapshots, trigger, orphaned_before)
+        reason = f"the cluster was recreated (now {view.info.cluster_id}): this node belonged to the one before"
+        changes += [c for r in view.previous.values() if (c := close_out(r, reason, self.clock(), trigger))]
         if changes and not view.records:
             self.table.register_cluster(cluster)
         for saved in self._save(changes):
@@ -222,13 +236,18 @@ class Controller:
             for k, r in self.table.load_nodes(cluster, listed).items()
             if r.state == NodeState.CHECKING and r.round_id == round_id
         }
-        changes = self._fold(cluster, view, {k: listed[k] for k in view.records}, round_id)
+        changes = self._fold(cluster, view, {k: listed[k] for k in view.records}, round_id, round_seq_of(round_id))
         for saved in self._save(changes):
             view.records[saved.key] = saved
         return view
 
     def _fold(
-        self, cluster: str, view: ClusterView, snapshots: dict[str, NodeSnapshot], trigger: str
+        self,
+        cluster: str,
+        view: ClusterView,
+        snapshots: dict[str, NodeSnapshot],
+        trigger: str,
+        orphaned_before: int | None = None,
     ) -> list[tuple[NodeRecord, Decision]]:
         """Observe every node in `snapshots` or `view.records`; the result logs are read once, if a check ended."""
         view.snapshots = snapshots
@@ -247,6 +266,8 @@ class Controller:
             trigger=trigger,
             log_errors=log_errors,
             groups=view.groups,
+            orphaned_before=orphaned_before,
+            cluster_id=view.info.cluster_id,
         )
         return [
             c
@@ -263,11 +284,19 @@ class Controller:
         if cluster not in self.cluster_names():
             raise ClusterNotFound(f"cluster {cluster} is not watched by this controller")
 
+    def _shown(self, cluster: str) -> ClusterView:
+        """What operators see of a cluster: its current records (not those of an earlier cluster of the same
+        name). A cluster HyperPod no longer knows shows every record it left."""
+        try:
+            return self._view(cluster)
+        except ClusterNotFound:
+            return ClusterView(ClusterInfo(cluster, "", "", "Deleted", ""), {}, self.table.load_cluster(cluster))
+
     def clusters_view(self) -> list[dict]:
         return [
             {
                 "cluster": name,
-                "states": state_counts(list(self.table.load_cluster(name).values())),
+                "states": state_counts(list(self._shown(name).records.values())),
                 "live_round": self._live_round(name),
             }
             for name in self.cluster_names()
@@ -275,14 +304,14 @@ class Controller:
 
     def groups_view(self, cluster: str) -> list[dict]:
         self._known(cluster)
-        return group_views(list(self.table.load_cluster(cluster).values()), self._live_round(cluster))
+        return group_views(list(self._shown(cluster).records.values()), self._live_round(cluster))
 
     def nodes_view(
         self, cluster: str, group: str | None, state: str | None, limit: int, after: str | None
     ) -> tuple[list[dict], str | None]:
         """One page of nodes, ordered by node key; `after` is the last key of the previous page."""
         self._known(cluster)
-        records = sorted(self.table.load_cluster(cluster).values(), key=lambda r: r.key)
+        records = sorted(self._shown(cluster).records.values(), key=lambda r: r.key)
         chosen = [
             r
             for r in records
@@ -295,13 +324,15 @@ class Controller:
 
     def node_view(self, cluster: str, ref: str) -> dict | None:
         self._known(cluster)
-        record = find(self.table.load_cluster(cluster), ref)
+        record = find(self._shown(cluster).records, ref)
         return None if record is None else node_detail(record)
 
     def request_checks(self, cluster: str, request: CheckRequest, trigger: str) -> dict:
         """Queue the requested nodes into the next round; say what was queued and why anything was not."""
         self._known(cluster)
-        view = self.observe_cluster(cluster, trigger)  # fresh: nodes the events have not told us about yet
+        # The stored records, not a listing: rounds and Reconcile keep them fresh, and a listing per request
+        # would be 100 ListClusterNodes pages per POST on a 10,000-node cluster.
+        view = self._view(cluster)
         queued, refused = request_checks(
             view.records,
             view.groups,
@@ -330,8 +361,9 @@ class Controller:
         """The cluster's breaker, bad-capacity holds, replacement budgets in use and the nodes they hold."""
         self._known(cluster)
         now = self.clock()
-        state = self.table.safety(cluster)
-        records = list(self.table.load_cluster(cluster).values())
+        view = self._shown(cluster)
+        state = self._safety(view.info) if view.info.cluster_id else self.table.safety(cluster)
+        records = list(view.records.values())
         config = self.config()
         policy = config.cluster_policy(cluster)
         since = max(now - policy.breaker.window_h * 3600, state.breaker_reset_at)
@@ -369,37 +401,33 @@ class Controller:
             "resets": [x.model_dump() for x in state.resets],
         }
 
-    def reset_breaker(self, cluster: str, scope: str, by: str, reason: str, trigger: str) -> dict:
-        """An operator closes the breaker (scope "cluster") or lifts a group's bad-capacity hold."""
+    def reset_breaker(self, cluster: str, group: str | None, by: str, reason: str, trigger: str) -> dict:
+        """An operator closes the breaker (`group` None) or lifts an instance group's bad-capacity hold."""
         self._known(cluster)
         now = self.clock()
-        state = self.table.safety(cluster)
-        tripped = state.breaker if scope == "cluster" else state.capacity_holds.get(scope)
+        view = self._shown(cluster)
+        state = self._safety(view.info) if view.info.cluster_id else self.table.safety(cluster)
+        tripped = state.breaker if group is None else state.capacity_holds.get(group)
+        answer = {"cluster": cluster, "group": group, "scope": "breaker" if group is None else "capacity-hold"}
         if tripped is None:
-            what = "the breaker is not open" if scope == "cluster" else f"group {scope} has no bad-capacity hold"
-            return {"cluster": cluster, "scope": scope, "reset": False, "message": what, "released": []}
-        self.table.save_safety(reset(state, scope, now, by, reason))  # StaleRecord: changed concurrently
-        released = self._save(release_holds(self.table.load_cluster(cluster).values(), scope, now, trigger))
+            what = "the breaker is not open" if group is None else f"group {group} has no bad-capacity hold"
+            return {**answer, "reset": False, "message": what, "released": []}
+        self.table.save_safety(reset(state, group, now, by, reason))  # StaleRecord: changed concurrently
+        released = self._save(release_holds(view.records.values(), group, now, trigger))
         logger.warning(
             "safety reset",
-            extra={"cluster": cluster, "scope": scope, "by": by, "reason": reason, "tripped": tripped.model_dump()},
+            extra={"cluster": cluster, "group": group, "by": by, "reason": reason, "tripped": tripped.model_dump()},
         )
         self._notify(
             "breaker-reset",
             cluster,
-            "" if scope == "cluster" else scope,
-            f"hyperpod-dhc: {'breaker' if scope == 'cluster' else scope + ' hold'} reset on {cluster}",
-            {"scope": scope, "by": by, "reason": reason, "released": [r.key for r in released]},
+            group or "",
+            f"hyperpod-dhc: {'breaker' if group is None else group + ' hold'} reset on {cluster}",
+            {"scope": answer["scope"], "by": by, "reason": reason, "released": [r.key for r in released]},
         )
         if released:
             self._start_round(cluster)
-        return {
-            "cluster": cluster,
-            "scope": scope,
-            "reset": True,
-            "message": "reset",
-            "released": [r.key for r in released],
-        }
+        return {**answer, "reset": True, "message": "reset", "released": [r.key for r in released]}
 
     def _live_round(self, cluster: str) -> str | None:
         meta = self.table.round_meta(cluster)
@@ -414,7 +442,8 @@ class Controller:
             logger.info("round not started: lease held or round superseded", extra={"round_id": round_id})
             return state.model_copy(update={"claimed": 0, "recovery_due": 0})
         try:
-            view = self.observe_cluster(state.cluster, round_id)  # fresh: arrivals whose events were lost
+            # Fresh: arrivals whose events were lost, and nodes earlier rounds claimed but never started.
+            view = self.observe_cluster(state.cluster, round_id, orphaned_before=state.round_seq)
         except ClusterNotFound:
             self.close_cluster(state.cluster, "cluster not found", round_id)
             return state.model_copy(update={"claimed": 0, "recovery_due": 0})
@@ -450,15 +479,22 @@ class Controller:
     def start_check(self, state: RoundState) -> RoundState:
         now = self._renew(state)
         # Observing (not just listing) judges nodes still in the check of a round that died mid-check.
-        view = self.observe_cluster(state.cluster, state.round_id)
+        view = self.observe_cluster(state.cluster, state.round_id, orphaned_before=state.round_seq)
         snapshots = view.snapshots
         members = self._members(view, state.round_id)
+        # A group switched to dry-run while this round waited (ClusterBusy retries) gets no check.
+        shadow = [r for r in members if view.groups[r.group].policy.dry_run]
+        self._shadow_checks(shadow, view, state.round_id, now)
+        members = [r for r in members if not view.groups[r.group].policy.dry_run]
         ours = {r.key for r in members}
+        # Members already in a check are ours only if this round asked for one (a retry after the call went
+        # through); otherwise someone else's check (an operator's, a dead round's) covers them.
+        requested = self.table.round_meta(state.cluster).check_requested == state.round_id
         elsewhere = [
             key
             for key, s in snapshots.items()
             if s.status == IN_PROGRESS
-            and key not in ours
+            and (key not in ours or not requested)
             and (ctx := view.groups.get(s.group)) is not None
             and not ctx.observe_only  # HyperPod's on-start checks are not on-demand checks
         ]
@@ -490,7 +526,13 @@ class Controller:
         )
         configs = build_check_request(ready + already, view.groups)
         if ready and not already:
-            self.hyperpod.start_health_check(state.cluster, configs)
+            # Intent first: a retry of this step after the call went through knows the check is its own.
+            self.table.note_check_request(state.cluster, state.round_id)
+            try:
+                self.hyperpod.start_health_check(state.cluster, configs)
+            except ClusterBusy:
+                self.table.note_check_request(state.cluster, None)
+                raise
             logger.info("check started", extra={"round_id": state.round_id, "configurations": configs})
         self._save(
             [
@@ -520,7 +562,7 @@ class Controller:
                 view = self.observe_members(state.cluster, state.round_id, state.window)  # type: ignore[arg-type]
                 full = not self._members(view, state.round_id)  # it looks finished: confirm on the whole cluster
             if full:
-                view = self.observe_cluster(state.cluster, state.round_id)
+                view = self.observe_cluster(state.cluster, state.round_id, orphaned_before=state.round_seq)
                 observed_at = now
         except ClusterNotFound:
             self.close_cluster(state.cluster, "cluster deleted during the round", state.round_id)
@@ -562,7 +604,7 @@ class Controller:
         due = self._due(view)
         if not due:
             return state.model_copy(update={"recovery_due": 0})
-        safety = self.table.safety(state.cluster)
+        safety = self._safety(view.info)
         plan = gate_recovery(
             due,
             view.records,
@@ -626,12 +668,16 @@ class Controller:
         if state.error:
             metrics.add_metric(name="RoundsFailed", unit=MetricUnit.Count, value=1)
         elif released:
-            # A failed round leaves the restart to the reconciler, so a persistent fault cannot hot-loop.
+            # A failed round leaves the restart to the reconciler, so a persistent fault cannot hot-loop; and a
+            # round is chained only if it could change something now: held work waits for its due time, which
+            # Reconcile sees (a budget of 0 or a full out-of-service cap must not chain rounds back to back).
             try:
                 view = self._view(state.cluster)
             except ClusterNotFound:
                 return state.model_copy(update={"done": True})
-            if self._has_work(view):
+            progress = self._progress(view)
+            logger.info("next round", extra={"round_id": round_id, "chained": progress is not None, "why": progress})
+            if progress is not None:
                 self._start_round(state.cluster)
         return state.model_copy(update={"done": True})
 
@@ -657,25 +703,41 @@ class Controller:
             )
             for name, g in info.groups.items()
         }
-        return ClusterView(info, groups, self.table.load_cluster(cluster) if load_records else {})
+        records = self.table.load_cluster(cluster) if load_records else {}
+        current = {k: r for k, r in records.items() if r.cluster_id in (None, info.cluster_id)}
+        previous = {k: r for k, r in records.items() if k not in current}
+        return ClusterView(info, groups, current, previous=previous)
 
     def _members(self, view: ClusterView, round_id: str) -> list[NodeRecord]:
         return [r for r in view.records.values() if r.state == NodeState.CHECKING and r.round_id == round_id]
 
     def _due(self, view: ClusterView) -> list[NodeRecord]:
-        now = self.clock()
-        return [
-            r
-            for r in view.records.values()
-            if r.state == NodeState.RECOVERY_DUE
-            and (r.not_before or 0) <= now
-            and r.held_by not in STICKY_HOLDS
-            and (ctx := view.groups.get(r.group)) is not None
-            and ctx.worker
-        ]
+        return due_recoveries(view.records.values(), view.groups, self.clock())
 
-    def _has_work(self, view: ClusterView) -> bool:
-        return bool(claimable(view.records.values(), view.groups) or self._due(view))
+    def _progress(self, view: ClusterView) -> str | None:
+        """What a round started now would do (None: nothing, so none is started)."""
+        cluster = view.info.name
+        return progress_possible(
+            view.records, view.groups, self.config().cluster_policy(cluster), self._safety(view.info), self.clock()
+        )
+
+    def _safety(self, info: ClusterInfo) -> SafetyState:
+        """The cluster's breaker and holds; a cluster recreated under the same name starts afresh."""
+        state = self.table.safety(info.name)
+        if state.cluster_id is None:
+            return state.model_copy(update={"cluster_id": info.cluster_id})
+        if state.cluster_id != info.cluster_id:
+            logger.warning(
+                "cluster recreated: breaker, holds and budgets start afresh",
+                extra={"cluster": info.name, "old_cluster_id": state.cluster_id, "cluster_id": info.cluster_id},
+            )
+            return SafetyState(cluster=info.name, cluster_id=info.cluster_id, version=state.version)
+        return state
+
+    def _orphaned_before(self, meta: RoundMeta) -> int:
+        """Rounds before this sequence number have ended: the current one too if its lease expired (it died)."""
+        expired = meta.holder is not None and meta.lease_expires_at <= self.clock()
+        return meta.seq + 1 if expired else meta.seq
 
     def _start_round(self, cluster: str) -> None:
         if self.starter is not None:
@@ -714,9 +776,14 @@ class Controller:
         refused = [
             action_refused(by_key[o.key], action, o.code, o.message, now, state.round_id)
             for o in outcomes
-            if not o.ok and o.key in by_key
+            if not o.ok and not o.unconfirmed and o.key in by_key
         ]
-        self._save(refused)
+        unconfirmed = [
+            action_unconfirmed(by_key[o.key], action, f"{o.code}: {o.message}", now, state.round_id)
+            for o in outcomes
+            if o.unconfirmed and o.key in by_key
+        ]
+        self._save(refused + unconfirmed)
         node_metric(f"{action.value.capitalize()}Requests", info.name, len(owned) - len(refused))
 
     def _announce_round(self, round_id: str, state: RoundState, records: Iterable[NodeRecord]) -> None:

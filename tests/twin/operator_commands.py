@@ -46,7 +46,7 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         if args.command == "breakers":
             return _print(args, out, client.call("GET", f"/clusters/{args.cluster}/breakers"), _breakers)
         if args.command == "reset-breaker":
-            body = {"scope": args.group or "cluster", "reason": args.reason}
+            body = {"reason": args.reason, **({"group": args.group} if args.group else {})}
             return _print(args, out, client.call("POST", f"/clusters/{args.cluster}/breakers/reset", body), _reset)
     except ApiError as err:
         print(f"hpdhc: error: {err}", file=sys.stderr)

@@ -112,3 +112,54 @@ def test_unlisted_node_is_gone_and_comes_back_if_listed_again():
     assert gone.state == NodeState.GONE
     assert observe("c", gone, None, obs()) is None
     assert observe("c", gone, snap(), obs())[0].state == NodeState.PENDING
+
+
+# -- issue 11: nodes a round claimed but never started, nodes in Failure --------------------------------------
+def claimed(round_id="c-r000004", **kw) -> NodeRecord:
+    return rec(NodeState.CHECKING, round_id=round_id, check_started_at=None, ready_at=500.0, **kw)
+
+
+def test_a_claimed_node_whose_round_ended_before_its_check_started_is_owned_again_by_the_next_look():
+    """Defect 1: a round stopped (or failed to hand back) after claiming left its nodes `checking` forever."""
+    later = Observation(now=90_000.0, node_recovery="None", trigger="reconcile", groups=GROUPS, orphaned_before=5)
+    record, decision = observe("c", claimed(), snap(), later)
+    assert record.state == NodeState.PENDING and record.round_id is None and record.ready_at == 500.0
+    assert "c-r000004 ended before the check started" in decision.reason
+
+
+def test_a_claimed_node_of_the_live_round_or_of_an_unknown_owner_is_left_alone():
+    live = Observation(now=90_000.0, node_recovery="None", trigger="c-r000004", groups=GROUPS, orphaned_before=4)
+    assert observe("c", claimed(), snap(), live) is None
+    unknown = Observation(now=90_000.0, node_recovery="None", trigger="evt", groups=GROUPS)  # intake: cannot tell
+    assert observe("c", claimed(), snap(), unknown) is None
+
+
+def test_a_claimed_node_is_never_judged_before_its_check_started_even_with_errors_in_the_log():
+    """Its clock does not start at every look, and evidence about someone else's check is not a verdict."""
+    for now in (1_000.0, 100_000.0):
+        o = Observation(now=now, node_recovery="None", trigger="t", log_errors={A: "DCGM failed"}, groups=GROUPS)
+        assert observe("c", claimed(seen_in_progress=True), snap(), o) is None
+
+
+def test_a_waiting_node_that_falls_into_failure_has_failed_and_its_recovery_follows():
+    """Defect 5 (general form): `Failure` is HyperPod's own verdict; no check is needed to act on it."""
+    record, decision = observe("c", rec(NodeState.PENDING, ready_at=500.0), snap("Failure"), obs())
+    assert record.state == NodeState.RECOVERY_DUE and record.verdict == Verdict.FAILED
+    assert record.status == "Failure" and "while waiting for a check" in decision.evidence[0]
+    record, _ = observe("c", rec(NodeState.PASSED), snap("Failure"), obs(recovery="Automatic"))
+    assert record.state == NodeState.RECOVERY_DUE and record.action == Action.AWAIT_HYPERPOD  # HyperPod first
+
+
+def test_an_unhealthy_report_about_a_node_in_failure_fails_it_and_one_still_running_rechecks_it():
+    """Defect 5: an Unhealthy Node Health Event about a node left in Failure moved it to pending with no ready
+    time (never checked, recovered or alerted) and kept its stale status."""
+    from deephealth.domain.observe import mark_unhealthy
+
+    o = obs(judge=False)
+    record, decision = mark_unhealthy(rec(NodeState.PASSED, status="Running"), snap("Failure"), "HMA: Xid 79", o)
+    assert record.state == NodeState.RECOVERY_DUE and record.verdict == Verdict.FAILED and record.status == "Failure"
+    assert decision.verdict == Verdict.FAILED  # so the node-failed notification goes out
+    record, _ = mark_unhealthy(rec(NodeState.PASSED), snap("Running"), "HMA: Xid 79", o)
+    assert record.state == NodeState.PENDING and record.ready_at == 1000.0  # claimable at once
+    record, _ = mark_unhealthy(rec(NodeState.PASSED), snap("ShuttingDown"), "HMA", o)
+    assert record.state == NodeState.PENDING and record.ready_at is None  # back when Running

@@ -106,3 +106,17 @@ def test_action_started_counts_and_refusals_back_off_then_give_up():
     assert (
         action_refused(worn, Action.REBOOT, "InvalidInstanceStatus", "", NOW, None)[0].state == NodeState.INCONCLUSIVE
     )
+
+
+def test_an_action_whose_answer_was_lost_stays_counted_and_in_flight():
+    """Defect 6: a replacement HyperPod carried out but answered 5xx was re-sent, refused as InstanceIdInUse,
+    taken back from the budget and credited to HyperPod."""
+    from deephealth.domain.recovery import action_started, action_unconfirmed
+
+    due = NodeRecord(cluster="c", key="n", group="g", logical_id="n", instance_id="i-1", state=NodeState.RECOVERY_DUE,
+                     version=1)  # fmt: skip
+    started, _ = action_started(due, Action.REPLACE, 100.0, "r")
+    lost, decision = action_unconfirmed(started, Action.REPLACE, "TransientError: 500", 101.0, "r")
+    assert lost.state == NodeState.RECOVERING and lost.attempts == started.attempts == 1
+    assert [(a.action, a.actor) for a in lost.actions] == [(Action.REPLACE, "controller")]
+    assert "answer lost" in decision.reason

@@ -52,7 +52,9 @@ def test_selection_stops_at_99_configurations():
     assert len(build_check_request(chosen, groups)) == MAX_CONFIGS_PER_CHECK
 
 
-def test_claimable_skips_observe_only_off_and_unready():
+def test_claimable_skips_off_controller_and_unready_nodes_but_not_pending_nodes_of_on_start_groups():
+    """A pending node of an on-start group is one HyperPod will not check again (after our reboot, a health
+    event, a skipped check): it gets an on-demand check, or it would wait forever (issue 11, defect 4)."""
     groups = {
         "g": GroupContext(GroupPolicy()),
         "native": GroupContext(GroupPolicy(), on_start_checks=("InstanceStress",)),
@@ -67,7 +69,7 @@ def test_claimable_skips_observe_only_off_and_unready():
         pending(5, ready_at=None),
         pending(6, state=NodeState.PASSED),
     ]
-    assert [n.key for n in claimable(nodes, groups)] == ["n1"]
+    assert [n.key for n in claimable(nodes, groups)] == ["n1", "n2"]
 
 
 def test_connectivity_needs_two_nodes_of_the_group():

@@ -13,6 +13,7 @@ from deephealth.domain.safety import (
     HOLD_CLUSTER_BUDGET,
     HOLD_GROUP_BUDGET,
     HOLD_OUT_OF_SERVICE,
+    BreakerReset,
     SafetyState,
     admit_to_round,
     breaker_reason,
@@ -99,13 +100,27 @@ def test_an_open_breaker_holds_every_action_and_alerts_once():
 def test_reset_closes_the_breaker_releases_its_nodes_and_failures_before_it_no_longer_count():
     state = SafetyState(cluster="c", breaker={"at": NOW - H, "reason": "bad AMI"})
     held = [node("a", held_by=HOLD_BREAKER), node("b", held_by=HOLD_CAPACITY), node("c")]
-    closed = reset(state, "cluster", NOW, "arn:aws:iam::1:user/op", "AMI rolled back")
+    closed = reset(state, None, NOW, "arn:aws:iam::1:user/op", "AMI rolled back")
     assert closed.breaker is None and closed.breaker_reset_at == NOW and closed.resets[-1].by.endswith("op")
-    released = release_holds(held, "cluster", NOW, "api:1")
+    released = release_holds(held, None, NOW, "api:1")
     assert [r.key for r, _ in released] == ["a"] and released[0][0].held_by is None
     assert released[0][0].not_before == NOW
     lifted = reset(SafetyState(cluster="c", capacity_holds={"g": {"at": 0, "reason": "x"}}), "g", NOW, "op", "ok")
     assert lifted.capacity_holds == {} and lifted.capacity_reset_at == {"g": NOW}
+    assert (lifted.resets[-1].scope, lifted.resets[-1].group) == ("capacity-hold", "g")
+
+
+def test_a_group_named_cluster_has_its_capacity_hold_lifted_not_the_breaker():
+    """The reset names the group in its own field: a group called "cluster" no longer means the breaker."""
+    state = SafetyState(
+        cluster="c", breaker={"at": NOW - H, "reason": "bad AMI"}, capacity_holds={"cluster": {"at": 0, "reason": "x"}}
+    )
+    lifted = reset(state, "cluster", NOW, "op", "capacity is fine again")
+    assert lifted.capacity_holds == {} and lifted.breaker is not None
+    held = [node("a", group="cluster", held_by=HOLD_CAPACITY), node("b", held_by=HOLD_BREAKER)]
+    assert [r.key for r, _ in release_holds(held, "cluster", NOW, "api:1")] == ["a"]
+    assert BreakerReset.model_validate({"reason": "fine", "group": "cluster"}).group == "cluster"
+    assert BreakerReset.model_validate({"reason": "fine"}).group is None
 
 
 # -- bad capacity -------------------------------------------------------------------------------------------------
@@ -282,3 +297,51 @@ def test_a_refused_action_is_taken_back_from_attempts_and_budget():
     assert started.attempts == 1 and [a.actor for a in started.actions] == ["controller"]
     refused, _ = action_refused(started, Action.REPLACE, "InstanceIdInUse", "busy", NOW, "r")
     assert refused.attempts == 0 and refused.actions == [] and refused.state == NodeState.RECOVERY_DUE
+
+
+# -- issue 11, defect 3: no round is chained (or started) that could change nothing ------------------------------
+def test_a_replacement_budget_of_zero_holds_the_node_and_no_round_could_progress():
+    from deephealth.domain.safety import progress_possible
+
+    ctx = groups(recovery="replace", replace_budget=Budget(max_nodes=0))
+    due = node("a", action=Action.REPLACE)
+    plan = gate([due], ctx=ctx)
+    assert not plan.acts[Action.REPLACE] and plan.changes[0][0].held_by == HOLD_GROUP_BUDGET
+    held = plan.changes[0][0]
+    assert progress_possible({"a": held}, ctx, LOOSE, SafetyState(cluster="c"), NOW) is None
+    assert progress_possible({"a": due}, groups(), LOOSE, SafetyState(cluster="c"), NOW) is not None
+
+
+def test_a_full_out_of_service_cap_with_queued_in_service_nodes_is_no_progress():
+    from deephealth.domain.safety import progress_possible
+
+    ctx = groups(max_out_of_service_pct=10)
+    busy = node("busy", state=NodeState.RECOVERING, outcomes=passed())
+    queued = node("q", state=NodeState.PENDING, ready_at=NOW - 60, outcomes=passed())  # a re-validation
+    others = {f"p{i}": node(f"p{i}", state=NodeState.PASSED, outcomes=passed()) for i in range(8)}
+    records = {"busy": busy, "q": queued, **others}
+    assert progress_possible(records, ctx, LOOSE, SafetyState(cluster="c"), NOW) is None
+    records["busy"] = node("busy", state=NodeState.PASSED, outcomes=passed())  # the recovery is done
+    assert progress_possible(records, ctx, LOOSE, SafetyState(cluster="c"), NOW) is not None
+
+
+def test_a_replacement_leaves_the_budget_window_at_exactly_its_frees_at_time():
+    """The boundary was inclusive: at `frees_at` the node was held again with `not_before = now`, at once."""
+    ctx = groups(recovery="replace", replace_budget=Budget(max_nodes=1, window_h=1))
+    old = node("old", state=NodeState.PASSED, actions=replaced(NOW - H))
+    use = budget_use([old], Budget(max_nodes=1, window_h=1), NOW)
+    assert use["used"] == 0
+    assert budget_use([old], Budget(max_nodes=1, window_h=1), NOW - 1)["frees_at"] == NOW
+    assert gate([node("a")], records=[node("a"), old], ctx=ctx).acts[Action.REPLACE]
+
+
+def test_an_instance_keyed_node_is_not_replaced_but_failed_with_the_reason():
+    """Defect 7: without NodeLogicalIds a replacement is a new record, so ladder, lemon and capacity hold never
+    trip; the controller refuses the replacement and says why."""
+    due = node("i-0abc", logical_id=None, instance_id="i-0abc", action=Action.REPLACE)
+    plan = gate([due])
+    assert not plan.acts[Action.REPLACE]
+    ((changed, decision),) = plan.changes
+    assert changed.state == NodeState.FAILED and "no NodeLogicalIds" in decision.reason
+    assert [a.kind for a in plan.alerts] == ["recovery-held"]
+    assert gate([node("i-0abd", logical_id=None, action=Action.REBOOT)]).acts[Action.REBOOT]  # reboots still go

@@ -55,6 +55,14 @@ def test_decision_table(record, snapshot, log_error, elapsed, expected):
         assert judgement.evidence, "every verdict carries its evidence"
 
 
+@pytest.mark.parametrize("log_error", [None, "ERROR: DCGM level 4 failed"])
+def test_a_claimed_node_whose_check_never_started_is_never_judged(log_error):
+    """Even seen in DeepHealthCheckInProgress and back to Running (someone else's check), hours later."""
+    record = checking(check_started_at=None, seen_in_progress=True)
+    for elapsed in (0, SKIP_GRACE_S, 4 * TIMEOUT):
+        assert judge_check(record, snap(), log_error, T0 + elapsed, TIMEOUT) is None
+
+
 def test_never_seen_in_progress_is_not_a_pass():
     judgement = judge_check(checking(), snap(), None, T0 + 4 * 3600, TIMEOUT)
     assert judgement.verdict == Verdict.SKIPPED
@@ -105,6 +113,9 @@ def test_decision_table_properties(record, snapshot, log_error, elapsed, timeout
     replaced = bool(record.instance_id and snapshot.instance_id and snapshot.instance_id != record.instance_id)
     assert (verdict == Verdict.REPLACED_BY_HYPERPOD) == replaced, "a changed instance id is always a replacement"
     if replaced:
+        return
+    if record.check_started_at is None and not record.observe_only:
+        assert verdict is None, "a claimed node whose check never started gets no check verdict"
         return
     failing = failure_evidence(record, snapshot, log_error)
     assert (verdict == Verdict.FAILED) == failing, "FAILED exactly when there is failure evidence"

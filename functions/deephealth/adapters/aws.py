@@ -9,13 +9,39 @@ attributes of this module (``aws.ClientError``, ``aws.BotoCoreError``), loaded o
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+from deephealth.domain.errors import Throttled, TransientError
 
 if TYPE_CHECKING:
     from botocore.exceptions import BotoCoreError, ClientError
 
-__all__ = ["BotoCoreError", "ClientError", "client", "reset", "table"]
+__all__ = ["BotoCoreError", "ClientError", "client", "reset", "table", "transient", "translated"]
 _EXCEPTIONS = frozenset({"BotoCoreError", "ClientError"})
+
+# Every service's name for "slow down" (botocore's standard-mode throttling list, DynamoDB's included).
+THROTTLING_CODES = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "ProvisionedThroughputExceededException",
+        "TransactionInProgressException",
+        "BandwidthLimitExceeded",
+        "SlowDown",
+        "EC2ThrottledException",
+    }
+)
+SERVER_CODES = frozenset(
+    {"InternalFailure", "InternalError", "InternalServerError", "InternalServerException", "ServiceUnavailable"}
+)
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 @functools.cache
@@ -41,10 +67,75 @@ def table(name: str) -> Any:
     return boto3.resource("dynamodb", config=_config()).Table(name)
 
 
+def client_without_retries(service: str) -> Any:
+    """A client that sends each request once: for calls that are not idempotent (a reboot or replacement that
+    HyperPod carried out but answered 5xx must not be sent again by botocore)."""
+    return _single_shot(service)
+
+
+@functools.cache
+def _single_shot(service: str) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    # total_max_attempts counts the first request (botocore's max_attempts counts only retries).
+    single = Config(retries={"mode": "standard", "total_max_attempts": 1})
+    return boto3.client(service, config=_config().merge(single))
+
+
+def transient(err: BaseException) -> Throttled | TransientError | None:
+    """The workflow's name for an AWS error that a later attempt may not meet (what the ASL Retry matches):
+    throttling -> Throttled, 5xx or a network failure -> TransientError; None for anything else."""
+    from botocore import exceptions
+
+    if isinstance(err, exceptions.ClientError):
+        code = err.response.get("Error", {}).get("Code", "")
+        message = err.response.get("Error", {}).get("Message", "")
+        status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        if code in THROTTLING_CODES:
+            return Throttled(f"{code}: {message}")
+        if code in SERVER_CODES or status >= 500:
+            return TransientError(f"{code or status}: {message}")
+        return None
+    if isinstance(err, exceptions.ParamValidationError | exceptions.NoCredentialsError):
+        return None  # a bug or a configuration error: retrying cannot help
+    if isinstance(err, exceptions.BotoCoreError):
+        return TransientError(f"{type(err).__name__}: {err}")
+    return None
+
+
+def translated(call: Callable[P, R]) -> Callable[P, R]:
+    """Raise Throttled / TransientError for what `transient` maps (after botocore's own retries), so the ASL
+    Retry of the round's steps and Lambda's async retries see them; every other error passes unchanged."""
+
+    @functools.wraps(call)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return call(*args, **kwargs)
+        except (Throttled, TransientError):
+            raise
+        except Exception as err:
+            mapped = transient(err)
+            if mapped is None:
+                raise
+            _count(mapped)
+            raise mapped from err
+
+    return wrapper
+
+
+def _count(err: Exception) -> None:
+    if isinstance(err, Throttled):  # the dashboard's Throttled metric: what is left after botocore's retries
+        from deephealth.observability import MetricUnit, metrics
+
+        metrics.add_metric(name="Throttled", unit=MetricUnit.Count, value=1)
+
+
 def reset() -> None:
     """Forget cached clients (tests switch mocks between cases)."""
     client.cache_clear()
     table.cache_clear()
+    _single_shot.cache_clear()
 
 
 def __getattr__(name: str) -> Any:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -16,9 +17,6 @@ from deephealth.observability import MetricUnit, metrics
 if TYPE_CHECKING:
     from botocore.exceptions import BotoCoreError, ClientError
 
-THROTTLING_CODES = frozenset(
-    {"ThrottlingException", "Throttling", "TooManyRequestsException", "RequestLimitExceeded", "SlowDown"}
-)
 NOT_FOUND_CODES = frozenset({"ResourceNotFound", "ResourceNotFoundException"})
 # The error for a second active check is undocumented: treat a conflict/validation error that says so as busy.
 BUSY_CODES = frozenset({"ValidationException", "ConflictException", "ResourceInUse", "ResourceInUseException"})
@@ -57,24 +55,28 @@ class ActionOutcome:
     ok: bool
     code: str = ""
     message: str = ""
+    # The answer was lost (5xx, timeout, connection): HyperPod may have carried the action out. Such an action is
+    # neither sent again nor taken back; what the node does next (down, replaced, or no effect) decides.
+    unconfirmed: bool = False
+
+
+THROTTLED_ATTEMPTS = 3  # a throttled action call was not carried out, so it may be sent again at once
 
 
 def _raise_mapped(err: ClientError | BotoCoreError, busy_ok: bool = False) -> NoReturn:
-    if isinstance(err, aws.BotoCoreError):
-        raise TransientError(str(err)) from err
-    code = err.response.get("Error", {}).get("Code", "")
-    message = err.response.get("Error", {}).get("Message", "")
-    status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-    if code in THROTTLING_CODES:
+    if isinstance(err, aws.ClientError):
+        code = err.response.get("Error", {}).get("Code", "")
+        message = err.response.get("Error", {}).get("Message", "")
+        if code in NOT_FOUND_CODES:
+            raise ClusterNotFound(message or code) from err
+        if busy_ok and code in BUSY_CODES and any(w in message.lower() for w in BUSY_WORDS):
+            raise ClusterBusy(message) from err
+    mapped = aws.transient(err)
+    if mapped is None:
+        raise err
+    if isinstance(mapped, Throttled):
         metrics.add_metric(name="Throttled", unit=MetricUnit.Count, value=1)  # after botocore's own retries
-        raise Throttled(f"{code}: {message}") from err
-    if code in NOT_FOUND_CODES:
-        raise ClusterNotFound(message or code) from err
-    if busy_ok and code in BUSY_CODES and any(w in message.lower() for w in BUSY_WORDS):
-        raise ClusterBusy(message) from err
-    if status >= 500 or code in ("InternalFailure", "InternalServerError", "ServiceUnavailable"):
-        raise TransientError(f"{code}: {message}") from err
-    raise err
+    raise mapped from err
 
 
 class HyperPod:
@@ -162,38 +164,49 @@ class HyperPod:
     ) -> list[ActionOutcome]:
         """BatchReboot/BatchReplaceClusterNodes in calls of at most 25 ids per list.
 
-        A call that fails as a whole (throttled after botocore's retries, 5xx) fails only its own chunk: its
-        ids come back as refused with the mapped error name, so the chunks that went through stay recorded as
-        in flight and are never requested twice. A deleted cluster still raises ClusterNotFound.
+        Reboots and replacements are not idempotent, so each request is sent once (no botocore retries): a
+        request HyperPod carried out but answered with a 5xx or a timeout, sent again, would meet its own
+        action in flight (InstanceIdInUse) and be mistaken for a refusal. Such a chunk comes back unconfirmed.
+        Throttling means the request was not carried out: it is sent again, up to THROTTLED_ATTEMPTS times,
+        then its ids come back refused. A chunk's failure fails only its own ids; a deleted cluster still
+        raises ClusterNotFound.
         """
-        call = self.sm.batch_reboot_cluster_nodes if action == Action.REBOOT else self.sm.batch_replace_cluster_nodes
+        sm = self._sm or aws.client_without_retries("sagemaker")
+        call = sm.batch_reboot_cluster_nodes if action == Action.REBOOT else sm.batch_replace_cluster_nodes
         outcomes: list[ActionOutcome] = []
         for param, ids in (("NodeLogicalIds", list(logical_ids)), ("NodeIds", list(instance_ids))):
             for part in chunks(ids, MAX_NODES_PER_ACTION_CALL):
-                try:
-                    r = call(ClusterName=cluster, **{param: part})
-                except (aws.ClientError, aws.BotoCoreError) as err:
-                    try:
-                        _raise_mapped(err)
-                    except (Throttled, TransientError, aws.ClientError) as mapped:
-                        code = (
-                            mapped.response.get("Error", {}).get("Code", "ClientError")
-                            if isinstance(mapped, aws.ClientError)
-                            else type(mapped).__name__
-                        )
-                        outcomes += [ActionOutcome(key=k, ok=False, code=code, message=str(mapped)[:300]) for k in part]
-                        continue
-                if param == "NodeIds":
-                    ok, failed, id_key = r.get("Successful", []), r.get("Failed", []), "NodeId"
-                else:
-                    ok, failed = r.get("SuccessfulNodeLogicalIds", []), r.get("FailedNodeLogicalIds", [])
-                    id_key = "NodeLogicalId"
-                outcomes += [ActionOutcome(key=k, ok=True) for k in ok]
-                outcomes += [
-                    ActionOutcome(key=f[id_key], ok=False, code=f.get("ErrorCode", ""), message=f.get("Message", ""))
-                    for f in failed
-                ]
+                outcomes += self._act_chunk(call, cluster, param, part)
         return outcomes
+
+    def _act_chunk(self, call: Any, cluster: str, param: str, part: list[str]) -> list[ActionOutcome]:
+        for attempt in range(THROTTLED_ATTEMPTS):
+            try:
+                r = call(ClusterName=cluster, **{param: part})
+                break
+            except (aws.ClientError, aws.BotoCoreError) as err:
+                try:
+                    _raise_mapped(err)
+                except Throttled as mapped:
+                    if attempt + 1 < THROTTLED_ATTEMPTS:
+                        time.sleep(0.1 * 2**attempt)
+                        continue
+                    return [ActionOutcome(key=k, ok=False, code="Throttled", message=str(mapped)[:300]) for k in part]
+                except TransientError as mapped:
+                    lost = str(mapped)[:300]
+                    return [ActionOutcome(k, False, "TransientError", lost, unconfirmed=True) for k in part]
+                except aws.ClientError as refused:
+                    code = refused.response.get("Error", {}).get("Code", "ClientError")
+                    return [ActionOutcome(key=k, ok=False, code=code, message=str(refused)[:300]) for k in part]
+        if param == "NodeIds":
+            ok, failed, id_key = r.get("Successful", []), r.get("Failed", []), "NodeId"
+        else:
+            ok, failed = r.get("SuccessfulNodeLogicalIds", []), r.get("FailedNodeLogicalIds", [])
+            id_key = "NodeLogicalId"
+        return [ActionOutcome(key=k, ok=True) for k in ok] + [
+            ActionOutcome(key=f[id_key], ok=False, code=f.get("ErrorCode", ""), message=f.get("Message", ""))
+            for f in failed
+        ]
 
 
 def _snapshot(s: dict) -> NodeSnapshot:

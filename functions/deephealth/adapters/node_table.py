@@ -1,6 +1,9 @@
 """The controller's DynamoDB table: one item per node, one round/lease item, one safety item (breaker and
 holds) and one registry item per cluster.
 
+Throttling and 5xx left over after botocore's retries surface as Throttled / TransientError (the names the
+round workflow's Retry matches).
+
 Keys: pk = "CLUSTER#<name>"; sk = "NODE#<node key>" | "ROUND" | "SAFETY". Registry: pk = "CLUSTERS", sk = <name>.
 A node item carries the record as JSON plus the version that conditions need, and every write
 is conditional on the version read, so two writers never silently overwrite each other.
@@ -50,6 +53,7 @@ class RoundMeta:
     seq: int = 0
     holder: str | None = None
     lease_expires_at: float = 0.0
+    check_requested: str | None = None  # the round that asked HyperPod for the check now active, if any
 
 
 class NodeTable:
@@ -62,6 +66,7 @@ class NodeTable:
         return self._table or aws.table(self._name)
 
     # -- nodes ---------------------------------------------------------------------------------------
+    @aws.translated
     def load_cluster(self, cluster: str) -> dict[str, NodeRecord]:
         records: dict[str, NodeRecord] = {}
         kwargs: dict[str, Any] = {
@@ -78,6 +83,7 @@ class NodeTable:
                 return records
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
+    @aws.translated
     def load_nodes(self, cluster: str, keys: Iterable[str]) -> dict[str, NodeRecord]:
         """The records of these nodes (consistent reads, 100 per BatchGetItem); unknown keys are left out."""
         records: dict[str, NodeRecord] = {}
@@ -105,10 +111,12 @@ class NodeTable:
                 raise Throttled(f"BatchGetItem left keys unprocessed after {BATCH_GET_ATTEMPTS} attempts")
         return records
 
+    @aws.translated
     def get(self, cluster: str, key: str) -> NodeRecord | None:
         item = self.t.get_item(Key={"pk": cluster_pk(cluster), "sk": NODE_PREFIX + key}, ConsistentRead=True)
         return _record(item["Item"]) if "Item" in item else None
 
+    @aws.translated
     def save(self, record: NodeRecord) -> NodeRecord:
         """Write `record` if nobody wrote the node since it was read; returns it with the new version."""
         saved = record.model_copy(update={"version": record.version + 1})
@@ -116,10 +124,12 @@ class NodeTable:
         return saved
 
     # -- safety: the cluster's breaker and bad-capacity holds -------------------------------------------
+    @aws.translated
     def safety(self, cluster: str) -> SafetyState:
         item = self.t.get_item(Key={"pk": cluster_pk(cluster), "sk": SAFETY_SK}, ConsistentRead=True).get("Item")
         return SafetyState.model_validate_json(item["doc"]) if item else SafetyState(cluster=cluster)
 
+    @aws.translated
     def save_safety(self, state: SafetyState) -> SafetyState:
         """Write the safety state if nobody changed it since it was read (raises StaleRecord otherwise)."""
         saved = state.model_copy(update={"version": state.version + 1})
@@ -139,9 +149,11 @@ class NodeTable:
             raise
 
     # -- cluster registry: lets the reconciler close out clusters that vanished from ListClusters ------
+    @aws.translated
     def register_cluster(self, cluster: str) -> None:
         self.t.put_item(Item={"pk": REGISTRY_PK, "sk": cluster})
 
+    @aws.translated
     def registered_clusters(self) -> list[str]:
         out: list[str] = []
         kwargs: dict[str, Any] = {"KeyConditionExpression": Key("pk").eq(REGISTRY_PK)}
@@ -152,10 +164,12 @@ class NodeTable:
                 return out
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
 
+    @aws.translated
     def unregister_cluster(self, cluster: str) -> None:
         self.t.delete_item(Key={"pk": REGISTRY_PK, "sk": cluster})
 
     # -- rounds: sequence number + lease ----------------------------------------------------------------
+    @aws.translated
     def round_meta(self, cluster: str) -> RoundMeta:
         item = self.t.get_item(Key={"pk": cluster_pk(cluster), "sk": ROUND_SK}, ConsistentRead=True).get("Item")
         if not item:
@@ -164,8 +178,10 @@ class NodeTable:
             seq=int(item.get("seq", 0)),
             holder=item.get("holder"),
             lease_expires_at=float(item.get("lease_expires_at", 0)),
+            check_requested=item.get("check_requested"),
         )
 
+    @aws.translated
     def acquire_lease(self, cluster: str, seq: int, holder: str, now: float, ttl_s: float) -> bool:
         """Take (or renew) the cluster's lease for round `seq`; False if another round holds it."""
         free = Attr("holder").not_exists() | Attr("holder").eq(holder) | Attr("lease_expires_at").lt(int(now))
@@ -176,17 +192,28 @@ class NodeTable:
             {":h": holder, ":exp": int(now + ttl_s), ":seq": seq},
         )
 
+    @aws.translated
+    def note_check_request(self, cluster: str, holder: str | None) -> bool:
+        """Record that round `holder` is asking for a check (None: its request was refused); lease holder only."""
+        if holder is None:
+            return self._update_round(cluster, "REMOVE check_requested", Attr("holder").exists(), {})
+        return self._update_round(cluster, "SET check_requested = :h", Attr("holder").eq(holder), {":h": holder})
+
+    @aws.translated
     def release_lease(self, cluster: str, holder: str) -> bool:
         """Release the lease and advance the round sequence; False if `holder` no longer held it."""
         return self._update_round(
-            cluster, "SET seq = seq + :one REMOVE holder, lease_expires_at", Attr("holder").eq(holder), {":one": 1}
+            cluster,
+            "SET seq = seq + :one REMOVE holder, lease_expires_at, check_requested",
+            Attr("holder").eq(holder),
+            {":one": 1},
         )
 
+    @aws.translated
     def skip_round(self, cluster: str, seq: int) -> bool:
         """Advance past round `seq` whose execution ended without releasing (stopped, timed out)."""
-        return self._update_round(
-            cluster, "SET seq = :next REMOVE holder, lease_expires_at", _seq_is(seq), {":next": seq + 1}
-        )
+        update = "SET seq = :next REMOVE holder, lease_expires_at, check_requested"
+        return self._update_round(cluster, update, _seq_is(seq), {":next": seq + 1})
 
     def _update_round(self, cluster: str, update: str, condition: Any, values: dict[str, Any]) -> bool:
         """One conditional write of the round item; False when the condition does not hold."""
@@ -195,7 +222,7 @@ class NodeTable:
                 Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
                 UpdateExpression=update,
                 ConditionExpression=condition,
-                ExpressionAttributeValues=values,
+                **({"ExpressionAttributeValues": values} if values else {}),
             )
             return True
         except aws.ClientError as err:

@@ -15,6 +15,7 @@ class Notifier:
         self._topic = topic_arn
         self._sns = sns
 
+    @aws.translated
     def publish(
         self, kind: str, cluster: str, group: str, subject: str, detail: dict[str, Any], route: str | None = None
     ) -> None:

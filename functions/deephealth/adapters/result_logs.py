@@ -8,7 +8,6 @@ import re
 from typing import Any
 
 from deephealth.adapters import aws
-from deephealth.domain.errors import Throttled, TransientError
 
 STREAM_PREFIX = "DeepHealthCheckResults/"
 ERROR_PATTERN = '{ $.level = "error" }'
@@ -23,6 +22,7 @@ class ResultLogs:
     def logs(self) -> Any:
         return self._logs or aws.client("logs")
 
+    @aws.translated
     def errors_since(self, log_group: str, since_s: float, instance_ids: set[str]) -> dict[str, str]:
         """First error line per instance (of `instance_ids`) logged since `since_s`, from one paginated query."""
         found: dict[str, str] = {}
@@ -39,14 +39,9 @@ class ResultLogs:
                     if hit and hit[0] in instance_ids and hit[0] not in found:
                         found[hit[0]] = hit[1]
         except aws.ClientError as err:
-            code = err.response["Error"]["Code"]
-            if code == "ResourceNotFoundException":
+            if err.response["Error"]["Code"] == "ResourceNotFoundException":
                 return found  # no log group yet: nothing has been logged, so no errors
-            if code == "ThrottlingException":
-                raise Throttled(str(err)) from err
             raise
-        except aws.BotoCoreError as err:
-            raise TransientError(str(err)) from err
         return found
 
 

@@ -29,6 +29,7 @@ class RoundStarter:
     def sfn(self) -> Any:
         return self._sfn or aws.client("stepfunctions")
 
+    @aws.translated
     def ensure_round(self, cluster: str) -> str | None:
         """Name of the running (or just started) round for `cluster`."""
         for _ in range(3):

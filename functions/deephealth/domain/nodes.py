@@ -6,6 +6,7 @@ its instance id. Records are pure values: transitions return a new record plus a
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -112,6 +113,9 @@ class NodeRecord(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     cluster: str
+    # The id of the cluster the node belongs to (None on records older than this field): a cluster deleted and
+    # recreated under the same name is another cluster, and the old one's records no longer count.
+    cluster_id: str | None = None
     key: str
     group: str
     logical_id: str | None = None
@@ -161,6 +165,15 @@ class Decision(BaseModel):
     evidence: list[str] = Field(default_factory=list)
     action: Action | None = None
     trigger: str | None = None  # what caused it: an event id, a round id, "reconcile" or an API request
+
+
+_ROUND_SEQ = re.compile(r"-r(\d{6,})$")
+
+
+def round_seq_of(round_id: str | None) -> int | None:
+    """The sequence number in a round id (`<cluster>-r000042` -> 42), None for anything else."""
+    match = _ROUND_SEQ.search(round_id or "")
+    return int(match.group(1)) if match else None
 
 
 def transition(

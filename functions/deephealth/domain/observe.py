@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from deephealth.domain.nodes import (
     BEING_RECOVERED_STATUSES,
+    FAILURE_STATUSES,
     FINAL_STATES,
     IN_PROGRESS,
     RUNNING,
@@ -20,6 +21,8 @@ from deephealth.domain.nodes import (
     NodeRecord,
     NodeSnapshot,
     NodeState,
+    Verdict,
+    round_seq_of,
     transition,
     with_action,
     with_instance,
@@ -62,11 +65,20 @@ class Observation:
     log_errors: dict[str, str] | None = None
     may_judge: bool = True
     groups: dict[str, GroupContext] = field(default_factory=dict)
+    # Rounds before this sequence number have ended (released, skipped or dead): a node they claimed whose check
+    # never started belongs to nobody and goes back in the queue. None: the caller cannot tell (never hands back).
+    orphaned_before: int | None = None
+    cluster_id: str | None = None  # stamped on new records (the cluster's incarnation)
+
+    def orphaned(self, record: NodeRecord) -> bool:
+        seq = round_seq_of(record.round_id)
+        return self.orphaned_before is not None and (seq is None or seq < self.orphaned_before)
 
 
-def new_record(cluster: str, snapshot: NodeSnapshot, now: float) -> NodeRecord:
+def new_record(cluster: str, snapshot: NodeSnapshot, now: float, cluster_id: str | None = None) -> NodeRecord:
     return NodeRecord(
         cluster=cluster,
+        cluster_id=cluster_id,
         key=snapshot.key,
         group=snapshot.group,
         logical_id=snapshot.logical_id,
@@ -87,7 +99,7 @@ def observe(
     if record is None:
         if snapshot is None or ctx is None or not ctx.watched:
             return None
-        return _first_sight(new_record(cluster, snapshot, obs.now), snapshot, ctx, obs)
+        return _first_sight(new_record(cluster, snapshot, obs.now, obs.cluster_id), snapshot, ctx, obs)
     if ctx is None or not ctx.watched:
         return None
     if snapshot is None:
@@ -103,6 +115,20 @@ def observe(
     state = record.state
 
     if state == NodeState.CHECKING:
+        if not record.observe_only and record.check_started_at is None and not replaced:
+            # Claimed, but its check was never recorded as started: nothing it shows is evidence about a check.
+            if obs.orphaned(record):
+                return transition(
+                    record,
+                    obs.now,
+                    NodeState.PENDING,
+                    f"round {record.round_id} ended before the check started; back in the queue",
+                    obs.trigger,
+                    round_id=None,
+                    seen_in_progress=False,
+                    ready_at=record.ready_at or (obs.now if snapshot.status == RUNNING else None),
+                )
+            return None
         if snapshot.status == IN_PROGRESS and not record.seen_in_progress:
             return transition(record, obs.now, state, f"seen in {IN_PROGRESS}", obs.trigger, seen_in_progress=True)
         if not obs.may_judge:
@@ -125,6 +151,8 @@ def observe(
     if state == NodeState.PENDING:
         if replaced:
             return _recheck(record, snapshot, obs, "instance replaced while waiting for a round")
+        if snapshot.status in FAILURE_STATUSES:
+            return _failed_outside_a_check(record, ctx, obs, f"status {snapshot.status} while waiting for a check")
         if snapshot.status == IN_PROGRESS and ctx.observe_only:
             return _start_observing(record, obs)
         if snapshot.status == RUNNING and record.ready_at is None:
@@ -201,6 +229,8 @@ def observe(
         return None
 
     if state in FINAL_STATES:
+        if state == NodeState.PASSED and not replaced and snapshot.status in FAILURE_STATUSES:
+            return _failed_outside_a_check(record, ctx, obs, f"status {snapshot.status} after passing its check")
         if state == NodeState.GONE:
             return _recheck(record, snapshot, obs, "listed again after being gone")
         if state == NodeState.SHADOWED and not ctx.policy.dry_run and not ctx.observe_only:
@@ -220,20 +250,38 @@ def observe(
     return None
 
 
-def mark_unhealthy(record: NodeRecord, reason: str, now: float, trigger: str) -> tuple[NodeRecord, Decision] | None:
-    """A health-monitoring event flagged a node that had passed: check it again."""
-    if record.state != NodeState.PASSED:
+def mark_unhealthy(
+    record: NodeRecord, snapshot: NodeSnapshot, reason: str, obs: Observation
+) -> tuple[NodeRecord, Decision] | None:
+    """A health-monitoring event flagged a node that had passed: a node HyperPod left in `Failure` has failed
+    (its recovery follows); one still `Running` is checked again; one being rebooted or replaced is checked
+    once it is back."""
+    ctx = obs.groups.get(record.group)
+    if record.state != NodeState.PASSED or ctx is None or not ctx.watched:
         return None
+    record = _refresh(record, snapshot, obs.now)
+    if snapshot.status in FAILURE_STATUSES:
+        return _failed_outside_a_check(record, ctx, obs, f"health event: {reason[:300]}; status {snapshot.status}")
     return transition(
         record,
-        now,
+        obs.now,
         NodeState.PENDING,
         f"health event: {reason[:300]}",
-        trigger,
+        obs.trigger,
         seen_in_progress=False,
         check_started_at=None,
-        ready_at=None,
+        round_id=None,
+        ready_at=obs.now if snapshot.status == RUNNING else None,
     )
+
+
+def _failed_outside_a_check(
+    record: NodeRecord, ctx: GroupContext, obs: Observation, evidence: str
+) -> tuple[NodeRecord, Decision]:
+    """HyperPod reports the node in `Failure`: a failed verdict without a check (no log needed: the status is
+    HyperPod's own), so the recovery ladder (or HyperPod's own recovery, under NodeRecovery=Automatic) and the
+    notifications follow as after a failed check."""
+    return apply_verdict(record, Verdict.FAILED, (evidence,), ctx.policy, obs.node_recovery, obs.now, obs.trigger)
 
 
 def close_out(record: NodeRecord, reason: str, now: float, trigger: str) -> tuple[NodeRecord, Decision] | None:

@@ -254,6 +254,21 @@ def action_refused(
     )
 
 
+def action_unconfirmed(
+    record: NodeRecord, action: Action, message: str, now: float, trigger: str | None
+) -> tuple[NodeRecord, Decision]:
+    """The request's answer was lost (5xx, timeout): HyperPod may have carried it out. It stays counted (attempts,
+    budget) and is not sent again; the node stays `recovering`, so what it does next decides: down and back,
+    a new instance, or no effect for ACTION_TIMEOUT_S and then a bounded retry."""
+    return transition(
+        record,
+        now,
+        NodeState.RECOVERING,
+        f"{action.value} answer lost ({message[:200]}): counted as requested; the node's next status decides",
+        trigger,
+    )
+
+
 def _without_last(actions: list, action: Action) -> list:
     """The trail without its last controller entry for `action` (the one a refusal takes back)."""
     for i in range(len(actions) - 1, -1, -1):

@@ -90,7 +90,12 @@ def chunks(items: Sequence[T], size: int) -> list[list[T]]:
 
 
 def claimable(records: Iterable[NodeRecord], groups: dict[str, GroupContext]) -> list[NodeRecord]:
-    """Pending, ready worker nodes of on-demand groups, oldest first."""
+    """Pending, ready worker nodes, oldest first.
+
+    Groups with HyperPod's on-start checks included: their new nodes are watched (never pending), so a pending
+    node of such a group is one HyperPod will not check again (after the controller's reboot, a health event,
+    a skipped check) and gets an on-demand check like any other.
+    """
     out = [
         r
         for r in records
@@ -98,7 +103,6 @@ def claimable(records: Iterable[NodeRecord], groups: dict[str, GroupContext]) ->
         and r.ready_at is not None
         and (ctx := groups.get(r.group)) is not None
         and ctx.watched
-        and not ctx.observe_only
     ]
     return sorted(out, key=lambda r: (r.ready_at or 0, r.key))
 

@@ -27,6 +27,7 @@ from deephealth.domain.nodes import ACTIONABLE_STATUSES, Action, Decision, NodeR
 from deephealth.domain.observe import GroupContext
 from deephealth.domain.policy import GROUP_NAME_PATTERN, BadCapacity, Breaker, Budget, ClusterPolicy
 from deephealth.domain.recovery import FAILING, due_action, plan_recovery
+from deephealth.domain.rounds import claimable
 
 HOLD_BREAKER = "breaker"
 HOLD_CAPACITY = "bad-capacity"
@@ -38,6 +39,11 @@ STICKY_HOLDS = frozenset({HOLD_BREAKER, HOLD_CAPACITY})  # only an operator's re
 OUT_OF_SERVICE_RETRY_S = 600  # a node held by the out-of-service cap is looked at again after this
 NODE_BUSY_RETRY_S = 300
 RESET_LIMIT = 20
+UNTRACKED_REPLACEMENT = (
+    "replacement refused: the cluster has no NodeLogicalIds (NodeProvisioningMode is not Continuous), so a "
+    "replaced instance could not be told apart from a new node and its recovery history would be lost; "
+    "replace it yourself (BatchReplaceClusterNodes) or let NodeRecovery=Automatic do it"
+)
 
 
 class Trip(BaseModel):
@@ -48,15 +54,21 @@ class Trip(BaseModel):
 
 class Reset(BaseModel):
     at: float
-    scope: str  # "cluster" (the breaker) or an instance group name (its bad-capacity hold)
+    # "breaker", or "capacity-hold" with `group` set. (Entries written before `group` existed hold "cluster" or
+    # the group's name here.)
+    scope: str
     by: str
     reason: str
+    group: str | None = None
 
 
 class SafetyState(BaseModel):
     """A cluster's breaker and bad-capacity holds (one DynamoDB item per cluster, versioned)."""
 
     cluster: str
+    # The cluster's id (its ARN's last part): a cluster deleted and recreated under the same name is another
+    # cluster, whose breaker, holds and budgets start afresh.
+    cluster_id: str | None = None
     breaker: Trip | None = None  # open while set
     capacity_holds: dict[str, Trip] = Field(default_factory=dict)  # instance group -> hold
     # Evidence before a reset does not count again, or the breaker would re-trip on the same failures.
@@ -71,10 +83,10 @@ class BreakerReset(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    scope: str = Field(
-        default="cluster",
+    group: str | None = Field(
+        default=None,
         pattern=GROUP_NAME_PATTERN,
-        description='"cluster" for the cluster breaker, or an instance group name for its bad-capacity hold',
+        description="an instance group: lift its bad-capacity hold; absent: close the cluster's breaker",
     )
     reason: str = Field(min_length=3, max_length=500, pattern=r"^[^\x00-\x1f]*$")
 
@@ -146,12 +158,16 @@ def capacity_reason(records: Iterable[NodeRecord], policy: BadCapacity, now: flo
 
 
 def replacements(records: Iterable[NodeRecord], since: float) -> list[float]:
-    """Times of the controller's replacements since `since` (HyperPod's own do not use our budget)."""
+    """Times of the controller's replacements after `since` (HyperPod's own do not use our budget).
+
+    The window is open at `since`: a replacement leaves it at exactly `at + window` (`frees_at` below), so a
+    node held until then is not held again at that instant.
+    """
     return sorted(
         a.at
         for r in records
         for a in r.actions
-        if a.actor == "controller" and a.action == Action.REPLACE and a.at >= since
+        if a.actor == "controller" and a.action == Action.REPLACE and a.at > since
     )
 
 
@@ -221,6 +237,51 @@ def admit_to_round(
     return admitted
 
 
+def due_recoveries(records: Iterable[NodeRecord], groups: dict[str, GroupContext], now: float) -> list[NodeRecord]:
+    """Failed worker nodes whose recovery is due now (sticky holds wait for an operator's reset)."""
+    return [
+        r
+        for r in records
+        if r.state == NodeState.RECOVERY_DUE
+        and (r.not_before or 0) <= now
+        and r.held_by not in STICKY_HOLDS
+        and (ctx := groups.get(r.group)) is not None
+        and ctx.worker
+    ]
+
+
+def progress_possible(
+    records: dict[str, NodeRecord],
+    groups: dict[str, GroupContext],
+    cluster_policy: ClusterPolicy,
+    safety: SafetyState,
+    now: float,
+) -> str | None:
+    """What a round started now would do, or None when it could change nothing.
+
+    A round is started (Reconcile) or chained (Finish round) only for this: waiting nodes the caps admit, or a
+    due recovery the gate lets through. Work that exists but is held (a budget of 0, a full out-of-service
+    cap, a window that frees later) is left to the next due time and Reconcile, never to a round that would
+    find it held again at once.
+    """
+    waiting = claimable(records.values(), groups)
+    shadowed = [r for r in waiting if groups[r.group].policy.dry_run]
+    if shadowed:
+        return f"{len(shadowed)} node(s) of dry-run groups to record"
+    admitted = admit_to_round(waiting, records.values(), groups)
+    if admitted:
+        return f"{len(admitted)} node(s) waiting for a check"
+    due = due_recoveries(records.values(), groups, now)
+    if not due:
+        return None
+    plan = gate_recovery(due, records, groups, cluster_policy, safety, now, None)
+    acting = sum(len(v) for v in plan.acts.values())
+    settled = [c for c, _ in plan.changes if c.state != NodeState.RECOVERY_DUE]
+    if acting or settled:
+        return f"{acting + len(settled)} recovery action(s) due"
+    return None
+
+
 # -- recovery: the gate every reboot and replacement passes ---------------------------------------------------
 def gate_recovery(
     due: list[NodeRecord],
@@ -275,6 +336,19 @@ def gate_recovery(
                 transition(r, now, NodeState.SHADOWED, f"dry-run: would {action.value}", trigger, held_by=None)
             )
             continue
+        if action == Action.REPLACE and not r.logical_id:
+            # Without a NodeLogicalId the replacement would be a new node to us: its ladder, lemon trail and the
+            # group's bad-capacity evidence would start again from zero, so a bad slot could be replaced forever.
+            plan.changes.append(transition(r, now, NodeState.FAILED, UNTRACKED_REPLACEMENT, trigger, held_by=None))
+            plan.alerts.append(
+                Alert(
+                    "recovery-held",
+                    r.group,
+                    f"hyperpod-dhc: {r.key} needs a replacement the controller will not make",
+                    {"node": r.key, "reason": UNTRACKED_REPLACEMENT},
+                )
+            )
+            continue
         hold = None
         if state.breaker is not None:
             hold = (HOLD_BREAKER, None, f"breaker open: {state.breaker.reason}")
@@ -325,10 +399,10 @@ def gate_recovery(
 
 
 def release_holds(
-    records: Iterable[NodeRecord], scope: str, now: float, trigger: str
+    records: Iterable[NodeRecord], group: str | None, now: float, trigger: str
 ) -> list[tuple[NodeRecord, Decision]]:
-    """After an operator's reset: the nodes its breaker (`cluster`) or group hold kept waiting are due now."""
-    held = HOLD_BREAKER if scope == "cluster" else HOLD_CAPACITY
+    """After an operator's reset: the nodes the breaker (`group` None) or a group's hold kept waiting are due."""
+    held = HOLD_BREAKER if group is None else HOLD_CAPACITY
     return [
         transition(
             r,
@@ -340,20 +414,21 @@ def release_holds(
             not_before=now,
         )
         for r in records
-        if is_held(r) and r.held_by == held and (scope == "cluster" or r.group == scope)
+        if is_held(r) and r.held_by == held and (group is None or r.group == group)
     ]
 
 
-def reset(state: SafetyState, scope: str, now: float, by: str, reason: str) -> SafetyState:
-    """Close the breaker (scope "cluster") or lift a group's bad-capacity hold; the reset is kept."""
-    entry = Reset(at=now, scope=scope, by=by, reason=reason)
+def reset(state: SafetyState, group: str | None, now: float, by: str, reason: str) -> SafetyState:
+    """Close the breaker (`group` None) or lift a group's bad-capacity hold; the reset is kept."""
+    scope = "breaker" if group is None else "capacity-hold"
+    entry = Reset(at=now, scope=scope, group=group, by=by, reason=reason)
     update: dict = {"resets": [*state.resets, entry][-RESET_LIMIT:]}
-    if scope == "cluster":
+    if group is None:
         update |= {"breaker": None, "breaker_reset_at": now}
     else:
         update |= {
-            "capacity_holds": {g: t for g, t in state.capacity_holds.items() if g != scope},
-            "capacity_reset_at": {**state.capacity_reset_at, scope: now},
+            "capacity_holds": {g: t for g, t in state.capacity_holds.items() if g != group},
+            "capacity_reset_at": {**state.capacity_reset_at, group: now},
         }
     return state.model_copy(update=update)
 

@@ -43,8 +43,6 @@ def judge_check(
     `log_error` is the first error line logged for the node's instance since the check started (the
     caller queries the result logs before judging any node that has left `DeepHealthCheckInProgress`).
     """
-    started = record.check_started_at or now
-    elapsed = now - started
     if snapshot is None:
         return Judgement(Verdict.GONE, ("node no longer listed by ListClusterNodes",))
     if record.instance_id and snapshot.instance_id and snapshot.instance_id != record.instance_id:
@@ -55,6 +53,10 @@ def judge_check(
                 f"under logical id {record.logical_id}",
             ),
         )
+    if record.check_started_at is None and not record.observe_only:
+        return None  # claimed, but no check of ours started yet: nothing the node shows is about a check
+    started = record.check_started_at or now
+    elapsed = now - started
     if log_error:
         return Judgement(Verdict.FAILED, (f"result log: {log_error[:300]}",))
     status = snapshot.status

@@ -10,7 +10,7 @@ from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 from aws_lambda_powertools.logging import correlation_paths
 
 from deephealth import settings
-from deephealth.domain.errors import ClusterNotFound, StaleRecord
+from deephealth.domain.errors import ClusterNotFound, StaleRecord, Throttled, TransientError
 from deephealth.domain.nodes import NodeState
 from deephealth.domain.on_demand import NODE_REF_PATTERN, CheckRequest
 from deephealth.domain.policy import GROUP_NAME_PATTERN
@@ -74,13 +74,25 @@ def get_breakers(cluster: Cluster) -> dict:
 def reset_breaker(cluster: Cluster, request: BreakerReset) -> dict:
     principal = app.current_event.request_context.identity.user_arn or "unknown principal"
     trigger = f"api:{app.current_event.request_context.request_id}:{principal}"
-    return CONTROLLER.reset_breaker(cluster, request.scope, principal, request.reason, trigger)
+    return CONTROLLER.reset_breaker(cluster, request.group, principal, request.reason, trigger)
 
 
 @app.exception_handler(StaleRecord)
 def _changed_concurrently(err: StaleRecord) -> Response:
     _rejected(409, f"changed concurrently: {err}")
     return _error(409, "changed concurrently; retry")
+
+
+@app.exception_handler([Throttled, TransientError])
+def _try_again(err: Exception) -> Response:
+    """AWS throttled us or failed (after botocore's retries): the caller may retry; nothing was half-done."""
+    logger.warning("request failed transiently", extra={"error": type(err).__name__, "reason": str(err)[:300]})
+    return Response(
+        status_code=503,
+        content_type=content_types.APPLICATION_JSON,
+        body={"statusCode": 503, "message": f"{type(err).__name__}; retry"},
+        headers={"Retry-After": "5"},
+    )
 
 
 @app.exception_handler(ClusterNotFound)
