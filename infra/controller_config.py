@@ -34,17 +34,30 @@ DELETION_PROTECTION_KEY = "hyperpod-dhc:table-deletion-protection"
 NOTIFICATION_EMAIL_KEY = "hyperpod-dhc:notification-email"
 # Deliberately loose (SNS sends a confirmation mail anyway): one @, no spaces, a dot in the domain.
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s.]+")
+# Who may reset a cluster's breaker or lift a capacity hold through the API: cluster name (or "*", every
+# cluster) -> IAM role or user ARN patterns (ArnLike: `*` and `?` wildcards). Unset or {}: nobody.
+BREAKER_RESETTERS_KEY = "hyperpod-dhc:breaker-resetters"
+EVERY_CLUSTER = "*"
+# What `aws:PrincipalArn` is for a role (its path included) or a user of one account; an assumed-role
+# session ARN (arn:aws:sts::...:assumed-role/...) never is, so it is refused rather than never matching.
+_PRINCIPAL_PATTERN = re.compile(r"arn:aws(?:-cn|-us-gov)?:iam::[0-9]{12}:(?:role|user)/[\w+=,.@/*?-]+")
 
 if str(FUNCTIONS_DIR) not in sys.path:  # `python -m infra.app` only has the repository root on sys.path
     sys.path.insert(0, str(FUNCTIONS_DIR))
 
-from deephealth.domain.policy import ConfigError, ControllerConfig, parse_config  # noqa: E402
+from deephealth.domain.policy import (  # noqa: E402
+    GROUP_NAME_PATTERN,
+    ConfigError,
+    ControllerConfig,
+    parse_config,
+)
 
 __all__ = [
     "CONTEXT_KEY",
     "ConfigError",
     "ControllerConfig",
     "config_parameter",
+    "read_breaker_resetters",
     "read_controller_config",
     "read_notification_email",
     "retention",
@@ -107,6 +120,43 @@ def read_notification_email(scope: Construct) -> str | None:
     if not isinstance(raw, str) or not _EMAIL.fullmatch(raw.strip()):
         raise ConfigError(f'context key "{NOTIFICATION_EMAIL_KEY}" must be an email address, got {raw!r}')
     return raw.strip()
+
+
+def read_breaker_resetters(scope: Construct, config: ControllerConfig) -> dict[str, tuple[str, ...]]:
+    """``hyperpod-dhc:breaker-resetters``: cluster (or ``"*"``) -> principal ARN patterns; {} when unset.
+
+    Raises ``ConfigError`` naming the key for anything but a map of cluster names (watched ones, when
+    ``clusters`` is a list) to non-empty lists of IAM role or user ARN patterns of 12-digit accounts.
+    """
+    raw = scope.node.try_get_context(BREAKER_RESETTERS_KEY)
+    if raw is None or raw == "":
+        return {}
+    where = f'context key "{BREAKER_RESETTERS_KEY}"'
+    if isinstance(raw, str):  # `-c hyperpod-dhc:breaker-resetters='{...}'` arrives as a string
+        try:
+            raw = json.loads(raw)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"{where} is not valid JSON: {err}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where} must be a map of cluster name to principal ARN patterns, got {raw!r}")
+    out: dict[str, tuple[str, ...]] = {}
+    for cluster, patterns in raw.items():
+        if cluster != EVERY_CLUSTER and not re.fullmatch(GROUP_NAME_PATTERN, cluster):
+            raise ConfigError(f'{where}: "{cluster}" is neither a cluster name nor "{EVERY_CLUSTER}"')
+        if cluster != EVERY_CLUSTER and config.clusters != "all" and cluster not in config.clusters:
+            raise ConfigError(
+                f'{where}: cluster "{cluster}" is not one of the watched clusters {list(config.clusters)}'
+            )
+        if not isinstance(patterns, list) or not patterns:
+            raise ConfigError(f'{where}: "{cluster}" must be a non-empty list of principal ARN patterns')
+        for pattern in patterns:
+            if not isinstance(pattern, str) or not _PRINCIPAL_PATTERN.fullmatch(pattern):
+                raise ConfigError(
+                    f'{where}: "{cluster}" has {pattern!r}, not an IAM role or user ARN pattern such as '
+                    f'"arn:aws:iam::123456789012:role/HyperPodOnCall*" (for a session, name its role)'
+                )
+        out[cluster] = tuple(dict.fromkeys(patterns))
+    return out
 
 
 def retention(config: ControllerConfig) -> logs.RetentionDays:

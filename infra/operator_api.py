@@ -5,6 +5,14 @@ Routes (``ROUTES``) use the Lambda proxy integration; the Lambda routes and vali
 Stage ``v1``: JSON access logs (caller ARN included) to a log group with the configured retention,
 execution logging at ERROR without request/response data, X-Ray tracing, and stage-wide throttling.
 
+Who may reset (``resetter_policy``): the API's resource policy denies ``POST
+/clusters/{cluster}/breakers/reset`` (close the breaker, lift a capacity hold) to every principal whose
+``aws:PrincipalArn`` is not like one of the cluster's patterns in ``hyperpod-dhc:breaker-resetters`` (or of
+``"*"``, every cluster); a cluster not in the map can only be reset by the ``"*"`` patterns (nobody when
+there are none). Only Deny statements: in the same account IAM auth still needs an identity policy that
+allows ``execute-api:Invoke``, and an explicit deny wins over it. ARNs name the API as ``*`` (the policy
+is a property of the API, which cannot reference its own id) and every stage.
+
 Deployment precondition: REST API stages log to CloudWatch Logs (access and execution logs alike) only
 when the region's API Gateway account settings name a CloudWatch Logs role (``cloudWatchRoleArn``).
 That setting is one per account and region, shared by every API there, so this stack does not own it
@@ -15,18 +23,24 @@ That setting is one per account and region, shared by every API there, so this s
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Mapping, Sequence
 
-from aws_cdk import Stack
+from aws_cdk import Aws, Stack
 from aws_cdk import aws_apigateway as apigw
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from infra.acknowledgements import acknowledge
+from infra.controller_config import BREAKER_RESETTERS_KEY, EVERY_CLUSTER, ConfigError
 
 STAGE_NAME = "v1"
 THROTTLE_RATE_RPS = 20
 THROTTLE_BURST = 40
+# Closes a cluster's breaker or lifts a group's capacity hold: only the cluster's resetters (resetter_policy).
+RESET_ROUTE = ("POST", "/clusters/{cluster}/breakers/reset")
 ROUTES: tuple[tuple[str, str], ...] = (
     ("GET", "/clusters"),
     ("GET", "/clusters/{cluster}/groups"),
@@ -34,8 +48,13 @@ ROUTES: tuple[tuple[str, str], ...] = (
     ("GET", "/clusters/{cluster}/nodes/{node}"),
     ("POST", "/clusters/{cluster}/checks"),
     ("GET", "/clusters/{cluster}/breakers"),
-    ("POST", "/clusters/{cluster}/breakers/reset"),
+    RESET_ROUTE,
 )
+
+# API Gateway's quota on a resource policy, in characters (adjustable; Service Quotas L-8B81B02C). Checked at
+# synth with the ARNs expanded as long as they get (the partition aws-us-gov, a 15-character region).
+POLICY_LENGTH_QUOTA = 8192
+_LONGEST_PSEUDO = {"AWS::Partition": "aws-us-gov", "AWS::Region": "x" * 15, "AWS::AccountId": "0" * 12}
 
 F = apigw.AccessLogField
 ACCESS_LOG_FORMAT = {
@@ -59,11 +78,83 @@ ACCESS_LOG_FORMAT = {
 }
 
 
+def method_arn(http_method: str, path: str) -> str:
+    """The execute-api ARN of a method of this API in every stage; path parameters become ``*``."""
+    path = re.sub(r"\{\w+\}", "*", path)
+    return f"arn:{Aws.PARTITION}:execute-api:{Aws.REGION}:{Aws.ACCOUNT_ID}:*/*/{http_method}{path}"
+
+
+def reset_arn(cluster: str) -> str:
+    method, path = RESET_ROUTE
+    return method_arn(method, path.replace("{cluster}", cluster))
+
+
+def resetter_policy(resetters: Mapping[str, Sequence[str]]) -> iam.PolicyDocument:
+    """Deny the reset route to all but the configured resetters (see the module doc); nothing else."""
+    everywhere = sorted(resetters.get(EVERY_CLUSTER, ()))
+    clusters = sorted(c for c in resetters if c != EVERY_CLUSTER)
+
+    def deny(sid: str, patterns: list[str], **where: list[str]) -> iam.PolicyStatement:
+        return iam.PolicyStatement(
+            sid=sid,
+            effect=iam.Effect.DENY,
+            principals=[iam.AnyPrincipal()],
+            actions=["execute-api:Invoke"],
+            conditions={"ArnNotLike": {"aws:PrincipalArn": patterns}} if patterns else None,
+            **where,
+        )
+
+    statements = [
+        deny(f"ResetCluster{i}OnlyByItsResetters", sorted({*resetters[c], *everywhere}), resources=[reset_arn(c)])
+        for i, c in enumerate(clusters, 1)
+    ]
+    # Every other cluster: NotResource is every method but the reset route, and the configured clusters'.
+    others = [method_arn(m, p) for m, p in ROUTES if (m, p) != RESET_ROUTE]
+    statements.append(
+        deny(
+            "ResetOtherClustersOnlyByResettersOfAll",
+            everywhere,
+            not_resources=others + [reset_arn(c) for c in clusters],
+        )
+    )
+    return iam.PolicyDocument(statements=statements)
+
+
+def expand_longest(value: object) -> object:
+    """A resolved policy with each Fn::Join of pseudo parameters as its longest string."""
+    if isinstance(value, list):
+        return [expand_longest(v) for v in value]
+    if isinstance(value, dict) and set(value) == {"Fn::Join"}:
+        separator, parts = value["Fn::Join"]
+        return separator.join(p if isinstance(p, str) else _LONGEST_PSEUDO[p["Ref"]] for p in parts)
+    if isinstance(value, dict):
+        return {k: expand_longest(v) for k, v in value.items()}
+    return value
+
+
+def policy_length(scope: Construct, document: iam.PolicyDocument) -> int:
+    """Characters of the policy as API Gateway stores it (compact JSON, full ARNs), at most."""
+    return len(json.dumps(expand_longest(Stack.of(scope).resolve(document.to_json())), separators=(",", ":")))
+
+
 class OperatorApi(Construct):
     def __init__(
-        self, scope: Construct, id: str, *, handler: lambda_.IFunction, log_retention: logs.RetentionDays
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        handler: lambda_.IFunction,
+        log_retention: logs.RetentionDays,
+        resetters: Mapping[str, Sequence[str]],
     ) -> None:
         super().__init__(scope, id)
+        policy = resetter_policy(resetters)
+        if (length := policy_length(self, policy)) > POLICY_LENGTH_QUOTA:
+            raise ConfigError(
+                f'context key "{BREAKER_RESETTERS_KEY}": the API\'s resource policy would be {length} characters, '
+                f"above API Gateway's quota of {POLICY_LENGTH_QUOTA}: name fewer clusters or patterns (wildcards, "
+                '"*"), or raise the quota and POLICY_LENGTH_QUOTA'
+            )
         self.access_logs = logs.LogGroup(self, "AccessLogs", retention=log_retention)
         # `$context.error.messageString` is already a quoted JSON string; every other field is quoted here.
         access_log_format = json.dumps(ACCESS_LOG_FORMAT)[:-1] + ', "error": ' + F.context_error_message_string() + "}"
@@ -73,6 +164,7 @@ class OperatorApi(Construct):
             rest_api_name=f"{Stack.of(self).stack_name}-operator-api",
             description="hyperpod-dhc operator API (IAM/SigV4 on every method)",
             endpoint_types=[apigw.EndpointType.REGIONAL],
+            policy=policy,
             cloud_watch_role=False,  # the account-wide logging role is not this stack's (see module doc)
             default_method_options=apigw.MethodOptions(authorization_type=apigw.AuthorizationType.IAM),
             deploy_options=apigw.StageOptions(
@@ -86,6 +178,8 @@ class OperatorApi(Construct):
                 throttling_burst_limit=THROTTLE_BURST,
             ),
         )
+        # A changed resource policy only takes effect with a new deployment of the stage.
+        self.api.latest_deployment.add_to_logical_id({"resetters": {k: sorted(v) for k, v in resetters.items()}})
         # RestApi adds an `Endpoint` output of its own; the stack exports the URL as `ApiEndpoint`.
         self.api.node.try_remove_child("Endpoint")
 

@@ -10,6 +10,7 @@ from constructs import Construct
 from infra.audit_queries import AuditQueries
 from infra.controller_config import (
     config_parameter,
+    read_breaker_resetters,
     read_controller_config,
     read_deletion_protection,
     read_notification_email,
@@ -31,6 +32,7 @@ class HyperPodDhcStack(Stack):
         self.config = read_controller_config(self)  # raises ConfigError naming the bad keys
         log_retention = retention(self.config)
         notification_email = read_notification_email(self)  # raises ConfigError naming the key
+        resetters = read_breaker_resetters(self, self.config)  # raises ConfigError naming the key
 
         self.table = NodesTable(self, "Nodes", deletion_protection=read_deletion_protection(self))
         self.config_parameter = config_parameter(self, "ControllerConfig", self.config)
@@ -59,7 +61,9 @@ class HyperPodDhcStack(Stack):
             intake=self.functions["Intake"],
             reconcile=self.functions["Reconcile"],
         )
-        self.operator_api = OperatorApi(self, "OperatorApi", handler=self.functions["Api"], log_retention=log_retention)
+        self.operator_api = OperatorApi(
+            self, "OperatorApi", handler=self.functions["Api"], log_retention=log_retention, resetters=resetters
+        )
         self.dashboard = OperationsDashboard(
             self,
             "Operations",

@@ -70,7 +70,7 @@ def test_read_routes_after_a_round(harness, fake):
         ("POST", "/clusters/demo/checks", "{not json", None, 422),
         ("POST", "/clusters/demo/checks", {"instances": ["' OR 1=1 --"]}, None, 422),
         ("POST", "/clusters/nope/checks", {"groups": ["gpu"]}, None, 404),
-        ("DELETE", "/clusters/demo", None, None, 404),
+        ("DELETE", "/clusters/demo", None, None, 403),  # API Gateway: Missing Authentication Token
     ],
 )
 def test_bad_requests_get_a_clear_4xx(harness, fake, method, path, body, query, status):

@@ -3,14 +3,16 @@ to the real Api handler, so every `hpdhc` command can be tried against a simulat
 
 from __future__ import annotations
 
+import json
 import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.twin.api_gateway import proxy_event
+from tests.twin.api_gateway import proxy_event, refusal
 
 STAGE = "/v1"
+OPERATOR = "arn:aws:iam::123456789012:user/local-operator"  # a breaker resetter of the twin (tests/twin/synth.py)
 
 
 def serve(harness: Any, port: int) -> ThreadingHTTPServer:
@@ -23,9 +25,12 @@ def serve(harness: Any, port: int) -> ThreadingHTTPServer:
             query = dict(urllib.parse.parse_qsl(url.query))
             length = int(self.headers.get("Content-Length") or 0)
             body = self.rfile.read(length).decode() if length else None
-            event = proxy_event(self.command, path, body, query, "arn:aws:iam::123456789012:user/local-operator")
-            arn = harness.function_arns[harness.template.api_logical_id]
-            response = harness.invoke(arn, event)
+            refused = refusal(harness.template.template, self.command, path, OPERATOR)
+            if refused is not None:  # what API Gateway answers itself (no route, the resource policy)
+                response = {"statusCode": refused[0], "body": json.dumps(refused[1])}
+            else:
+                event = proxy_event(self.command, path, body, query, OPERATOR)
+                response = harness.invoke(harness.function_arns[harness.template.api_logical_id], event)
             payload = (response.get("body") or "").encode()
             self.send_response(response["statusCode"])
             self.send_header("Content-Type", "application/json")

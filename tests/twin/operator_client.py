@@ -56,7 +56,8 @@ class OperatorClient:
         except urllib.error.HTTPError as err:
             payload = err.read().decode(errors="replace")
             try:
-                message = json.loads(payload).get("message") or payload
+                answer = json.loads(payload)  # API Gateway's own denials say "Message"
+                message = answer.get("message") or answer.get("Message") or payload
             except ValueError:
                 message = payload
             raise ApiError(err.code, str(message)[:500]) from None
