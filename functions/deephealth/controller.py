@@ -147,8 +147,8 @@ class Controller:
         if change is None:
             return "no change"
         saved = self._save([change])
-        if saved and saved[0].state == NodeState.PENDING and saved[0].ready_at is not None:
-            self._start_round(signal.cluster)
+        if saved and (saved[0].state == NodeState.RECOVERY_DUE or saved[0].ready_at is not None):
+            self._start_round(signal.cluster)  # a re-check is waiting, or a recovery is due
         return f"{change[1].from_state} -> {change[1].to_state}"
 
     # -- reconciliation ------------------------------------------------------------------------------
