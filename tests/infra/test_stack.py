@@ -136,8 +136,11 @@ def test_named_clusters_scope_rules_by_cluster_name(scoped_template_json: dict[s
 def test_list_clusters_only_when_watching_all(
     template_json: dict[str, Any], scoped_template_json: dict[str, Any]
 ) -> None:
-    for name in ("Reconcile", "Api"):
-        assert "sagemaker:ListClusters" in actions(function_statements(template_json, name), "sagemaker:")
+    listing = {name for name, spec in FUNCTIONS.items() if spec.lists_clusters}
+    assert listing == {"Reconcile"}, "only Reconcile lists clusters (the operator API never does)"
+    for name in FUNCTIONS:
+        granted = actions(function_statements(template_json, name), "sagemaker:")
+        assert ("sagemaker:ListClusters" in granted) == (name in listing), name
         assert "sagemaker:ListClusters" not in actions(function_statements(scoped_template_json, name), "sagemaker:")
 
 
@@ -197,9 +200,13 @@ def test_every_lambda_task_retries_service_errors_and_is_caught(asl: dict[str, A
         assert state["Resource"].startswith("arn:aws:lambda:"), name
         retried = {e for r in state.get("Retry", []) for e in r["ErrorEquals"]}
         assert "Lambda.ServiceException" in retried, name
+        # Our adapters' names for throttling and 5xx of any AWS service (issue 11, defect 2).
+        assert {"Throttled", "TransientError"} <= retried, name
         if name in catch_targets:
-            # The handler of caught failures must not catch itself: it ends the execution failed.
+            # The handler of caught failures must not catch itself: it ends the execution failed. It retries
+            # anything a few times first: when it fails, the lease and the claimed nodes wait for Reconcile.
             assert "Catch" not in state, name
+            assert state["Retry"][-1]["ErrorEquals"] == ["States.ALL"], name
             assert states[state["Next"]]["Type"] == "Fail", name
         else:
             assert any("States.ALL" in c["ErrorEquals"] for c in state.get("Catch", [])), name
@@ -419,7 +426,17 @@ def test_check_logs_read_is_scoped_to_hyperpod_cluster_log_groups(template_json:
                     f"{CHECK_LOGS}:log-stream:*",
                 ]
                 readers.add(name)
-    assert readers == {n for n, spec in FUNCTIONS.items() if spec.reads_check_logs} == {"Reconcile", "PollCheck"}
+    assert (
+        readers
+        == {n for n, spec in FUNCTIONS.items() if spec.reads_check_logs}
+        == {
+            "Intake",
+            "Reconcile",
+            "ClaimRound",
+            "StartCheck",
+            "PollCheck",
+        }
+    )  # every function that observes a cluster (observe_cluster reads the result logs)
 
 
 def test_functions_write_only_their_own_log_group(template_json: dict[str, Any]) -> None:
@@ -434,7 +451,7 @@ def test_every_function_reads_config_and_uses_table(template_json: dict[str, Any
     (table,) = resources(template_json, "AWS::DynamoDB::GlobalTable")
     for name in FUNCTIONS:
         statements = function_statements(template_json, name)
-        assert "ssm:GetParameter" in actions(statements, "ssm:"), name
+        assert actions(statements, "ssm:") == {"ssm:GetParameter"}, name  # what the code calls, nothing more
         ddb = [s for s in statements if any(a.startswith("dynamodb:") for a in as_list(s["Action"]))]
         assert ddb and all(render(r).startswith(f"<{table}.Arn>") for s in ddb for r in as_list(s["Resource"])), name
 
