@@ -48,11 +48,15 @@ DEPENDENCY_GROUP = "lambda"
 
 @dataclass(frozen=True)
 class FunctionSpec:
+    """What a function's code calls decides its grants: every call its handler can reach, nothing more.
+    `tests/simulation/test_iam.py` runs the twin with IAM enforced and fails on a call without a grant and on
+    a grant no run uses (or that its NOT_EXERCISED table does not name with the code path that needs it)."""
+
     handler: str
     timeout_s: int
     description: str
     sagemaker_actions: tuple[str, ...] = ()
-    reads_check_logs: bool = False
+    reads_check_logs: bool = False  # logs:FilterLogEvents on HyperPod's result logs (a cluster observation)
     lists_clusters: bool = False  # only granted when the config watches "all" clusters
     invoked_async: bool = False  # by EventBridge: gets an on-failure DLQ and 2 retries
 
@@ -63,6 +67,7 @@ FUNCTIONS: Mapping[str, FunctionSpec] = {
         60,
         "Turns HyperPod EventBridge events into node records and starts check rounds",
         ("DescribeCluster", "DescribeClusterNode", "ListClusterNodes"),
+        reads_check_logs=True,
         invoked_async=True,
     ),
     "Reconcile": FunctionSpec(
@@ -75,13 +80,18 @@ FUNCTIONS: Mapping[str, FunctionSpec] = {
         invoked_async=True,
     ),
     "ClaimRound": FunctionSpec(
-        "deephealth.handlers.claim_round.lambda_handler", 300, "Check round: claims the nodes of a round"
+        "deephealth.handlers.claim_round.lambda_handler",
+        300,
+        "Check round: claims the nodes of a round",
+        ("DescribeCluster", "ListClusterNodes"),
+        reads_check_logs=True,
     ),
     "StartCheck": FunctionSpec(
         "deephealth.handlers.start_check.lambda_handler",
         120,
         "Check round: starts the deep health check",
         ("DescribeCluster", "ListClusterNodes", "StartClusterHealthCheck"),
+        reads_check_logs=True,
     ),
     "PollCheck": FunctionSpec(
         "deephealth.handlers.poll_check.lambda_handler",
@@ -100,13 +110,13 @@ FUNCTIONS: Mapping[str, FunctionSpec] = {
         "deephealth.handlers.finish_round.lambda_handler",
         120,
         "Check round: records the outcome, releases the claim, chains the next round",
+        ("DescribeCluster",),
     ),
     "Api": FunctionSpec(
         "deephealth.handlers.api.lambda_handler",
         30,
         "Operator REST API: cluster, group and node views; queues on-demand checks",
-        ("DescribeCluster", "ListClusterNodes"),
-        lists_clusters=True,
+        ("DescribeCluster",),
     ),
 }
 # Exactly the DynamoDB calls of the code (adapters/node_table.py), instead of grant_read_write_data's twelve
@@ -119,6 +129,8 @@ TABLE_ACTIONS = (
     "dynamodb:Query",
     "dynamodb:UpdateItem",
 )
+# The SSM call of the code (adapters/config_store.py, through Powertools' parameters utility).
+CONFIG_ACTIONS = ("ssm:GetParameter",)
 # The state machine's Task states, in the order of the ASL placeholders (`${<Id>FunctionArn}`).
 ROUND_TASKS = ("ClaimRound", "StartCheck", "PollCheck", "RecoverNodes", "FinishRound")
 # The functions that start check rounds (ROUND_STATE_MACHINE_ARN, states:StartExecution/DescribeExecution).
@@ -370,7 +382,11 @@ class ControllerFunctions(Construct):
                 invoked_async=spec.invoked_async,
             )
             table.grant(function, *TABLE_ACTIONS)
-            config_parameter.grant_read(function)
+            # Only the call the code makes (grant_read would add ssm:GetParameters, GetParameterHistory and
+            # DescribeParameters, none of which any function calls).
+            iam.Grant.add_to_principal(
+                grantee=function, actions=list(CONFIG_ACTIONS), resource_arns=[config_parameter.parameter_arn]
+            )
             grant_cluster_access(
                 self,
                 f"{name}ClusterAccess",

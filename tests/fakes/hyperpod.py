@@ -312,6 +312,12 @@ class FakeHyperPod:
         self._catch_up()
         return self._clusters[name]
 
+    def cluster_arn(self, ref: str) -> str | None:
+        """The ARN (``cluster/<id>``) of the cluster named ``ref``, if it exists; no time passes (safe inside
+        any request, e.g. to authorize it)."""
+        c = self._clusters.get(ref)
+        return c.arn if c is not None else None
+
     def drain_events(self) -> list[dict[str, Any]]:
         self._catch_up()
         out, self.events = self.events, []

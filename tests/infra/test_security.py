@@ -30,7 +30,7 @@ STAR_RESOURCE_ACTIONS = {
     "xray:PutTelemetryRecords",
     "xray:GetSamplingRules",
     "xray:GetSamplingTargets",
-    "sagemaker:ListClusters",  # Reconcile and Api, only when `clusters` is "all"
+    "sagemaker:ListClusters",  # Reconcile, only when `clusters` is "all"
     "logs:CreateLogDelivery",  # Step Functions logging to CloudWatch Logs (vended log delivery)
     "logs:GetLogDelivery",
     "logs:UpdateLogDelivery",
@@ -78,10 +78,12 @@ def identity_statements(template: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def resource_policies(template: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """Logical id -> statements of every resource policy: KMS key, SNS topic and SQS queue policies."""
+    """Logical id -> statements of every resource policy: KMS key, SNS topic, SQS queue and REST API policies."""
     out: dict[str, list[dict[str, Any]]] = {}
     for lid, key in resources(template, "AWS::KMS::Key").items():
         out[lid] = key["Properties"]["KeyPolicy"]["Statement"]
+    for lid, api in resources(template, "AWS::ApiGateway::RestApi").items():
+        out[lid] = api["Properties"]["Policy"]["Statement"]
     for type_ in ("AWS::SNS::TopicPolicy", "AWS::SQS::QueuePolicy"):
         for lid, policy in resources(template, type_).items():
             out[lid] = policy["Properties"]["PolicyDocument"]["Statement"]

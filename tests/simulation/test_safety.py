@@ -69,9 +69,7 @@ def test_an_operator_reset_releases_the_held_nodes_and_the_breaker_does_not_retr
     controller_template,
 ):
     def reset_and_continue(twin):
-        status, _ = twin.api(
-            "POST", "/clusters/badami/breakers/reset", {"reason": "x\u0000"}, principal=OPERATOR
-        )
+        status, _ = twin.api("POST", "/clusters/badami/breakers/reset", {"reason": "x\u0000"}, principal=OPERATOR)
         assert status == 422, "control characters are not a reason"
         before = len([a for a in twin.sim.actions if a[3] == "controller"])
         status, result = twin.api(

@@ -27,12 +27,15 @@ from moto import mock_aws
 from moto.events.models import EventPattern
 
 from tests.fakes.hyperpod import FakeHyperPod, install
-from tests.twin import moto_patches
+from tests.twin import iam, moto_patches
 from tests.twin.template import ControllerTemplate
 
 ACCOUNT, REGION = "123456789012", "us-east-1"
 TABLE_NAME = "hyperpod-dhc-nodes"
-CONFIG_PARAMETER_NAME = "/hyperpod-dhc/config"
+# CloudFormation names the parameter (the template gives no Name): a simple name, no leading slash, which is
+# what the grant's `parameter/<Ref>` ARN is built for.
+CONFIG_PARAMETER_NAME = "HyperPodDhc-ControllerConfig"
+TOPIC_NAME = "hyperpod-dhc-notifications"
 STEP_S = 60.0  # virtual time advances in steps of at most this, delivering events in between
 MOTO_CONFIG = {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
 # Lambda retries a failed asynchronous invocation twice: one minute, then two minutes later.
@@ -70,6 +73,9 @@ class Harness:
         self.failed_invocations: list[dict] = []  # given up after the retries: {function, payload, error}
         self.invocations: Counter[str] = Counter()  # the harness's own invocations (Intake, Reconcile, API) by name
         self._notifications: list[dict] = []  # read from the topic's queue so far
+        # Every AWS request of the controller is authorized against its role as synthesized (tests/twin/iam.py).
+        names = iam.PhysicalNames(ACCOUNT, REGION, TABLE_NAME, CONFIG_PARAMETER_NAME, TOPIC_NAME)
+        self.iam = iam.Authorizer(template.template, names, fake.cluster_arn)
 
     # -- lifecycle -------------------------------------------------------------------------------
     def __enter__(self) -> Harness:
@@ -88,6 +94,7 @@ class Harness:
             mock_aws(config=MOTO_CONFIG),
             install(self.fake),
             moto_patches.patched(self.advance, self._retry_back_off, self._wrap_invocation),
+            moto_patches.authorized_requests(self.iam),
             mock.patch("deephealth.adapters.clock.now", self.clock.now),
         ):
             cm.__enter__()
@@ -132,7 +139,7 @@ class Harness:
             Name=CONFIG_PARAMETER_NAME, Type="String", Value=json.dumps(self.config)
         )
         sns, sqs = boto3.client("sns", region_name=REGION), boto3.client("sqs", region_name=REGION)
-        self.topic_arn = sns.create_topic(Name="hyperpod-dhc-notifications")["TopicArn"]
+        self.topic_arn = sns.create_topic(Name=TOPIC_NAME)["TopicArn"]
         # A queue subscribed with raw delivery off, so tests read the notifications (attributes included).
         self.notifications_queue = sqs.create_queue(QueueName="notifications")["QueueUrl"]
         queue_arn = sqs.get_queue_attributes(QueueUrl=self.notifications_queue, AttributeNames=["QueueArn"])
@@ -234,9 +241,11 @@ class Harness:
         """An EventBridge target's invocation. Asynchronous harness: a function error is retried as Lambda
         does, then the event is given up; otherwise (integration tests) it fails the caller at once."""
         if not self.asynchronous:
-            self.invoke(arn, payload)
+            with iam.invoked_by("events", payload):  # a Lambda permission must let the rule invoke it
+                self.invoke(arn, payload)
             return
-        body, failed = self._call(arn, payload)
+        with iam.invoked_by("events", payload):
+            body, failed = self._call(arn, payload)
         if not failed:
             return
         if attempt < len(ASYNC_RETRY_DELAYS_S):
@@ -247,11 +256,17 @@ class Harness:
             )
         else:
             self.failed_invocations.append({"function": arn.rsplit(":", 1)[-1], "payload": payload, "error": body})
+            self.iam.dead_letter(arn.rsplit(":", 1)[-1])  # sent to its on-failure queue with the function's role
 
     def _call(self, arn: str, payload: dict) -> tuple[Any, bool]:
         """(the response payload, whether it is a function error)."""
+        from botocore.exceptions import ClientError
+
         self.invocations[arn.rsplit(":", 1)[-1]] += 1
-        response = self.lam.invoke(FunctionName=arn, Payload=json.dumps(payload).encode())
+        try:
+            response = self.lam.invoke(FunctionName=arn, Payload=json.dumps(payload).encode())
+        except ClientError as err:  # refused before the function ran (no permission to invoke it)
+            return {"errorType": err.response["Error"]["Code"], "errorMessage": str(err)}, True
         return json.loads(response["Payload"].read() or b"null"), bool(response.get("FunctionError"))
 
     def _wrap_invocation(self, function_name: str, handler: moto_patches.Handler) -> moto_patches.Handler:
@@ -299,9 +314,16 @@ class Harness:
         query: dict | None = None,
         principal: str = "arn:aws:iam::123456789012:user/operator",
     ) -> tuple[int, dict]:
-        """Call the operator API as API Gateway would (REST proxy event, IAM-authenticated principal)."""
-        from tests.twin.api_gateway import proxy_event
+        """Call the operator API as API Gateway would (REST proxy event, IAM-authenticated principal).
 
+        First what API Gateway answers itself, from the template: no such method, an explicit deny of the
+        resource policy for `principal` (who may reset which cluster's breaker), no invoke permission.
+        """
+        from tests.twin.api_gateway import proxy_event, refusal
+
+        refused = refusal(self.template.template, method, path, principal)
+        if refused is not None:
+            return refused
         arn = self.function_arns[self.template.api_logical_id]
         response = self.invoke(arn, proxy_event(method, path, body, query, principal))
         return response["statusCode"], json.loads(response["body"] or "null")

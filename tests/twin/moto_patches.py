@@ -10,6 +10,8 @@
 (c) API faults: moto's botocore stubber (the `before-send` handler that answers every botocore request) is
     wrapped, so a fault injector may answer a request made *inside a Lambda invocation* with an error
     response before moto sees it. The harness's own reads (outside any invocation) are never faulted.
+(d) IAM: the same wrap lets `tests/twin/iam.py` answer a request AWS would refuse with AccessDenied; the ASL
+    interpreter's Lambda task invocations are marked as the state machine's (`iam.invoked_by("states")`).
 
 All three reach into moto internals; `tests/integration/test_moto_patches.py` fails loudly when they move.
 """
@@ -32,6 +34,7 @@ from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.core.botocore_stubber import BotocoreStubber, MockRawResponse
 from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function import wait_function
 from moto.stepfunctions.parser.utils import TMP_THREADS
 
@@ -123,6 +126,32 @@ def faulted_requests(fault: RequestFault) -> Iterator[None]:
         return original(self, event_name, request, **kwargs)
 
     with mock.patch.object(BotocoreStubber, "__call__", call):
+        yield
+
+
+@contextlib.contextmanager
+def authorized_requests(check: RequestFault) -> Iterator[None]:
+    """Let `check` answer any botocore request (inside a Lambda invocation or not) before moto does; the Lambda
+    invocations of the state machine's Task states are made as the state machine (`iam.invoked_by`)."""
+    from tests.twin import iam
+
+    original = BotocoreStubber.__call__
+    integration = lambda_eval_utils.execute_lambda_function_integration
+
+    def call(self: BotocoreStubber, event_name: str, request: AWSPreparedRequest, **kwargs: Any) -> Any:
+        if self.enabled and (response := check(event_name, request)):
+            status, headers, body = response
+            return AWSResponse(request.url, status, headers, MockRawResponse(body))
+        return original(self, event_name, request, **kwargs)
+
+    def task_invocation(*args: Any, **kwargs: Any) -> Any:
+        with iam.invoked_by("states"):
+            return integration(*args, **kwargs)
+
+    with (
+        mock.patch.object(BotocoreStubber, "__call__", call),
+        mock.patch.object(lambda_eval_utils, "execute_lambda_function_integration", task_invocation),
+    ):
         yield
 
 

@@ -11,6 +11,15 @@ failed_invocations}`, `checks.{foreign, started_while_foreign_active}`, `inciden
 held by a breaker, a capacity hold or a budget) and `shadowed` (dry-run), and `safety` (breaker, capacity
 holds, replacement budgets: the most replacements the controller made in any rolling window against the
 policy's limit).
+
+Version 3 added `iam` (`tests/twin/iam.py`): every authorization AWS would make for the controller, evaluated
+against the synthesized role policies. `calls` is keyed by principal: a function's construct id (`ClaimRound`:
+its own requests, and what the Lambda service does with its role: log stream and log events, traces, a
+given-up asynchronous invocation sent to its dead-letter queue), `RoundWorkflow` (the state machine's role
+invoking the Task Lambdas) and `EventBridge` (a rule delivering to Intake or Reconcile through a Lambda
+permission); under each, IAM action -> authorizations evaluated, denied ones included. `denied` counts the
+refused ones, `denials` lists them (`<principal> <action> on <resource>: <count>`), `unmapped` the requests
+the check could not map to IAM (each one also failed its call).
 """
 
 from __future__ import annotations
@@ -25,7 +34,7 @@ from deephealth.domain.policy import Budget, parse_config
 from tests.twin.engine import TABLE_NAME
 from tests.twin.simulation import CONTROLLER_GROUP, Twin
 
-REPORT_VERSION = 2
+REPORT_VERSION = 3
 INCONCLUSIVE_ALERT = "node-inconclusive"  # the notification an operator gets for a node left inconclusive
 VERDICT_CATEGORIES = (
     "passed", "passed_after_reboot", "replaced", "quarantined", "failed", "inconclusive", "gone", "held",
@@ -161,6 +170,7 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
         "notifications": notifications,
         "inconclusive_without_alert": [k for k in inconclusive if k not in alerted],
         "safety": safety_report(twin, records, t0),
+        "iam": twin.iam.report(),
         "latency_s": {"ready_to_verdict": percentiles(latencies), "check": percentiles(sim.check_durations)},
         "virtual_s": round(twin.clock.now() - t0, 1),
         "wall_s": round(wall_s, 2),
