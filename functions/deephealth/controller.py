@@ -15,7 +15,7 @@ from deephealth.adapters.node_table import NodeTable, RoundMeta
 from deephealth.adapters.notifications import Notifier
 from deephealth.adapters.result_logs import ResultLogs
 from deephealth.adapters.round_starter import RoundStarter
-from deephealth.domain.errors import ClusterBusy, ClusterNotFound, LeaseLost, StaleRecord
+from deephealth.domain.errors import ClusterBusy, ClusterNotFound, LeaseLost, StaleRecord, Throttled
 from deephealth.domain.events import ClusterSignal, Ignored, NodeSignal
 from deephealth.domain.nodes import (
     IN_PROGRESS,
@@ -525,13 +525,20 @@ class Controller:
             ]
         )
         configs = build_check_request(ready + already, view.groups)
-        if ready and not already:
+        if ready and not already and requested:
+            # This round asked before and the answer was lost (a 5xx, or this step failed after the call): the
+            # check may be starting. Asking again could be a second request while it runs, so it is not: if the
+            # first request never arrived, its members are judged skipped and checked again (never passed).
+            logger.warning(
+                "check already requested by this round; not asking again", extra={"round_id": state.round_id}
+            )
+        elif ready and not already:
             # Intent first: a retry of this step after the call went through knows the check is its own.
             self.table.note_check_request(state.cluster, state.round_id)
             try:
                 self.hyperpod.start_health_check(state.cluster, configs)
-            except ClusterBusy:
-                self.table.note_check_request(state.cluster, None)
+            except (ClusterBusy, Throttled):
+                self.table.note_check_request(state.cluster, None)  # refused or never carried out
                 raise
             logger.info("check started", extra={"round_id": state.round_id, "configurations": configs})
         self._save(

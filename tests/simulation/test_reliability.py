@@ -354,3 +354,19 @@ def test_an_on_demand_request_reads_the_records_instead_of_listing_the_cluster(c
         api_calls = [op for fn, op in by_function if fn and fn.endswith("Api")]
     assert status == 202 and len(body["queued"]) == 6
     assert "ListClusterNodes" not in api_calls and api_calls.count("DescribeCluster") <= 1
+
+
+def test_an_800_node_storm_of_event_and_api_faults_ends_with_every_node_verdicted(controller_template):
+    """The issue's acceptance run, whole (not horizon-capped): tests/scenarios/storm-800.json has 30 % duplicated,
+    10 % dropped and 10 % delayed events, and 20 % throttling + 2 % 5xx on every AWS call a Lambda makes."""
+    from tests.twin.cli import REPO_ROOT
+    from tests.twin.scenario import load_scenario
+
+    scenario, config = load_scenario(REPO_ROOT / "tests" / "scenarios" / "storm-800.json", BASE_CONFIG)
+    with Twin(scenario, controller_template, config) as twin:
+        report = build_report(twin, twin.run())
+    assert report["nodes"] == 800 and report["verdicts"]["no_verdict"] == 0
+    assert report["events"]["dropped"] and report["events"]["duplicated"] and report["events"]["delayed"]
+    assert report["api_faults"]["dynamodb"] and report["api_faults"]["sagemaker"], "the faults were injected"
+    assert report["iam"]["denied"] == 0
+    assert_invariants(report)  # 0 conflicting or duplicate actions, no budget exceeded, ...

@@ -154,10 +154,21 @@ class HyperPod:
         return _snapshot(d)
 
     def start_health_check(self, cluster: str, configurations: list[dict]) -> None:
-        try:
-            self.sm.start_cluster_health_check(ClusterName=cluster, DeepHealthCheckConfigurations=configurations)
-        except (aws.ClientError, aws.BotoCoreError) as err:
-            _raise_mapped(err, busy_ok=True)
+        """Sent once, like reboots and replacements: a request HyperPod accepted but answered with a 5xx, sent
+        again, would be a second request while the first check runs. Throttling (not carried out) is sent again,
+        up to THROTTLED_ATTEMPTS times; a 5xx surfaces as TransientError, for the caller to treat as unknown."""
+        sm = self._sm or aws.client_without_retries("sagemaker")
+        for attempt in range(THROTTLED_ATTEMPTS):
+            try:
+                sm.start_cluster_health_check(ClusterName=cluster, DeepHealthCheckConfigurations=configurations)
+                return
+            except (aws.ClientError, aws.BotoCoreError) as err:
+                try:
+                    _raise_mapped(err, busy_ok=True)
+                except Throttled:
+                    if attempt + 1 == THROTTLED_ATTEMPTS:
+                        raise
+                    time.sleep(0.1 * 2**attempt)
 
     def act(
         self, cluster: str, action: Action, logical_ids: Iterable[str], instance_ids: Iterable[str]
