@@ -362,7 +362,7 @@ class Controller:
         self._known(cluster)
         now = self.clock()
         view = self._shown(cluster)
-        state = self._safety(view.info) if view.info.cluster_id else self.table.safety(cluster)
+        state = self._safety(view.info)
         records = list(view.records.values())
         config = self.config()
         policy = config.cluster_policy(cluster)
@@ -406,7 +406,7 @@ class Controller:
         self._known(cluster)
         now = self.clock()
         view = self._shown(cluster)
-        state = self._safety(view.info) if view.info.cluster_id else self.table.safety(cluster)
+        state = self._safety(view.info)
         tripped = state.breaker if group is None else state.capacity_holds.get(group)
         answer = {"cluster": cluster, "group": group, "scope": "breaker" if group is None else "capacity-hold"}
         if tripped is None:
@@ -729,8 +729,11 @@ class Controller:
         )
 
     def _safety(self, info: ClusterInfo) -> SafetyState:
-        """The cluster's breaker and holds; a cluster recreated under the same name starts afresh."""
+        """The cluster's breaker and holds; a cluster recreated under the same name starts afresh. A cluster
+        HyperPod no longer knows (no id) shows what it left."""
         state = self.table.safety(info.name)
+        if not info.cluster_id:
+            return state
         if state.cluster_id is None:
             return state.model_copy(update={"cluster_id": info.cluster_id})
         if state.cluster_id != info.cluster_id:
