@@ -1,0 +1,144 @@
+"""Report parity: do fixed-seed `hpdhc simulate --json` reports of every scenario file equal a baseline commit's?
+
+    python -m tests.twin.parity --baseline REF [--only demo faults] [--jobs 2] [--cap bench-10000=7200]
+
+For a change meant to leave behaviour alone (a refactor), this is the proof: the baseline commit is checked out
+into a temporary git worktree, and each file of tests/scenarios/ is simulated there and here with the same Python,
+each run a fresh interpreter. Reports are compared whole except `wall_s`. A file whose full run takes too long is
+run with a capped horizon in both trees (`--cap NAME=SECONDS`; bench-10000 by default: 10,000 arrivals over two
+virtual days take over an hour of wall time each), and the table says so. Exits 1 on any difference and prints
+the first differing lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import difflib
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CAPS = {"bench-10000": 2 * 3600.0}
+
+# The command line moved out of tests/ (issue 12); the script runs whichever one the tree has.
+_RUN_CLI = (
+    "import sys\n"
+    "try:\n"
+    "    from hpdhc.cli import main\n"
+    "except ImportError:\n"
+    "    from tests.twin.cli import main\n"
+    "sys.exit(main())\n"
+)
+
+
+def without_wall(report: Any) -> Any:
+    if isinstance(report, dict):
+        return {k: without_wall(v) for k, v in report.items() if k != "wall_s"}
+    if isinstance(report, list):
+        return [without_wall(v) for v in report]
+    return report
+
+
+def simulate(tree: Path, scenario: Path) -> Any:
+    """One fixed-seed report of `scenario` (a path) simulated by the code of `tree`."""
+    env = dict(os.environ, PYTHONPATH=f"{tree / 'functions'}{os.pathsep}{tree}")
+    done = subprocess.run(
+        [sys.executable, "-c", _RUN_CLI, "simulate", "--scenario", str(scenario), "--json"],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{tree}: simulate {scenario.name} exited {done.returncode}:\n{done.stderr[-2000:]}")
+    return without_wall(json.loads(done.stdout))
+
+
+def scenario_file(name: str, cap_s: float | None, workdir: Path) -> Path:
+    """The scenario file as is, or a copy whose horizon is capped (the same copy runs in both trees)."""
+    path = REPO_ROOT / "tests" / "scenarios" / f"{name}.json"
+    if cap_s is None:
+        return path
+    raw = json.loads(path.read_text())
+    raw["horizon_s"] = min(cap_s, raw["horizon_s"])
+    capped = workdir / f"{name}.json"
+    capped.write_text(json.dumps(raw))
+    return capped
+
+
+def _rev_parse(ref: str) -> str:
+    return subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "rev-parse", ref], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def _baseline(cache: Path | None, commit: str, tree: Path, scenario: Path) -> Any:
+    """The baseline's report, from the cache when this commit and (capped) file ran before."""
+    if cache is None:
+        return simulate(tree, scenario)
+    kept = cache / commit / f"{scenario.stem}-{hashlib.sha256(scenario.read_bytes()).hexdigest()[:12]}.json"
+    if kept.exists():
+        return json.loads(kept.read_text())
+    report = simulate(tree, scenario)
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    kept.write_text(json.dumps(report))
+    return report
+
+
+def compare(name: str, baseline: Any, current: Any) -> list[str]:
+    if baseline == current:
+        return []
+    old = json.dumps(baseline, indent=1, sort_keys=True).splitlines()
+    new = json.dumps(current, indent=1, sort_keys=True).splitlines()
+    return list(difflib.unified_diff(old, new, f"{name} (baseline)", f"{name} (this tree)", lineterm=""))[:40]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tests.twin.parity", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--baseline", required=True, help="git commit whose reports this tree must reproduce")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="scenario names (default: every file)")
+    parser.add_argument("--jobs", type=int, default=2, help="simulations run at once (default 2)")
+    parser.add_argument("--cap", action="append", default=[], metavar="NAME=SECONDS", help="cap a file's horizon")
+    parser.add_argument("--cache", type=Path, help="keep the baseline's reports here and reuse them (keyed by commit)")
+    args = parser.parse_args(argv)
+    caps = dict(DEFAULT_CAPS)
+    caps.update({k: float(v) for k, v in (c.split("=", 1) for c in args.cap)})
+    names = args.only or sorted(p.stem for p in (REPO_ROOT / "tests" / "scenarios").glob("*.json"))
+    with tempfile.TemporaryDirectory(prefix="hpdhc-parity-") as tmp:
+        work = Path(tmp)
+        baseline_tree = work / "baseline"
+        subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "worktree", "add", "--detach", "-q", str(baseline_tree), args.baseline],
+            check=True,
+        )
+        try:
+            files = {n: scenario_file(n, caps.get(n), work) for n in names}
+            commit = _rev_parse(args.baseline)
+            with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
+                runs = {(n, REPO_ROOT): pool.submit(simulate, REPO_ROOT, files[n]) for n in names}
+                for n in names:
+                    runs[(n, baseline_tree)] = pool.submit(_baseline, args.cache, commit, baseline_tree, files[n])
+                failed = 0
+                print(f"baseline {args.baseline}; reports compared without wall_s")
+                for n in names:
+                    diff = compare(n, runs[(n, baseline_tree)].result(), runs[(n, REPO_ROOT)].result())
+                    horizon = f"capped at {caps[n]:.0f} s virtual" if n in caps else "whole horizon"
+                    print(f"  {n:<18} {'equal' if not diff else 'DIFFERENT'}  ({horizon})")
+                    if diff:
+                        failed += 1
+                        print("\n".join(f"      {line}" for line in diff))
+        finally:
+            subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "remove", "--force", str(baseline_tree)])
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
