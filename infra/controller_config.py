@@ -27,6 +27,8 @@ from constructs import Construct
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FUNCTIONS_DIR = REPO_ROOT / "functions"
+# The Lambda asset is functions/ without bytecode and without the operator CLI (functions/hpdhc ships as a wheel).
+ASSET_EXCLUDE = ("__pycache__", "*.pyc", "hpdhc")
 CONTEXT_KEY = "hyperpod-dhc"
 # Separate key, not part of ControllerConfig: it is about the stack, not the controller's policy.
 DELETION_PROTECTION_KEY = "hyperpod-dhc:table-deletion-protection"

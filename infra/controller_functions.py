@@ -32,7 +32,7 @@ from constructs import Construct
 
 from infra.acknowledgements import acknowledge, acknowledge_wildcard_resource
 from infra.cluster_access import grant_cluster_access
-from infra.controller_config import FUNCTIONS_DIR, REPO_ROOT
+from infra.controller_config import ASSET_EXCLUDE, FUNCTIONS_DIR, REPO_ROOT
 from infra.dead_letter_queue import DeadLetterQueue
 
 RUNTIME = lambda_.Runtime.PYTHON_3_13
@@ -362,7 +362,7 @@ class ControllerFunctions(Construct):
         super().__init__(scope, id)
         self.layer = DependenciesLayer(self, "Dependencies")
         settings = SharedSettings(
-            code=lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=["__pycache__", "*.pyc"]),
+            code=lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=list(ASSET_EXCLUDE)),
             layer=self.layer,
             log_retention=log_retention,
             environment={

@@ -29,9 +29,9 @@ from deephealth.domain.nodes import (
     round_seq_of,
     transition,
 )
-from deephealth.domain.observe import GroupContext, Observation, close_out, mark_unhealthy, observe
+from deephealth.domain.observe import Observation, close_out, mark_unhealthy, observe
 from deephealth.domain.on_demand import JOBS_NOTE, CheckRequest, due_for_revalidation, find, request_checks
-from deephealth.domain.policy import ControllerConfig
+from deephealth.domain.policy import ControllerConfig, GroupContext
 from deephealth.domain.recovery import action_refused, action_started, action_unconfirmed
 from deephealth.domain.rounds import (
     FULL_OBSERVE_S,

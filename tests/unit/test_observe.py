@@ -1,6 +1,6 @@
 from deephealth.domain.nodes import Action, NodeRecord, NodeSnapshot, NodeState, Verdict
-from deephealth.domain.observe import REBOOT_SETTLE_S, GroupContext, Observation, observe
-from deephealth.domain.policy import GroupPolicy, Mode
+from deephealth.domain.observe import REBOOT_SETTLE_S, Observation, observe
+from deephealth.domain.policy import GroupContext, GroupPolicy, Mode
 
 A, B = "i-0000000000000000a", "i-0000000000000000b"
 GROUPS = {

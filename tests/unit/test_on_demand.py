@@ -2,9 +2,8 @@ import pytest
 from pydantic import ValidationError
 
 from deephealth.domain.nodes import HistoryEntry, NodeRecord, NodeState
-from deephealth.domain.observe import GroupContext
 from deephealth.domain.on_demand import CheckRequest, request_checks
-from deephealth.domain.policy import GroupPolicy, Mode
+from deephealth.domain.policy import GroupContext, GroupPolicy, Mode
 from deephealth.domain.rounds import build_check_request
 from deephealth.domain.views import check_seconds, group_views
 

@@ -1,8 +1,7 @@
 import pytest
 
 from deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState
-from deephealth.domain.observe import GroupContext
-from deephealth.domain.policy import GroupPolicy, Mode
+from deephealth.domain.policy import GroupContext, GroupPolicy, Mode
 from deephealth.domain.rounds import (
     FIRST_POLL_S,
     MAX_CONFIGS_PER_CHECK,

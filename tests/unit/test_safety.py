@@ -4,8 +4,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deephealth.domain.nodes import Action, ActionEntry, NodeRecord, NodeState, Outcome, Verdict
-from deephealth.domain.observe import GroupContext, Observation, observe
-from deephealth.domain.policy import Breaker, Budget, ClusterPolicy, GroupPolicy, Lemon
+from deephealth.domain.observe import Observation, observe
+from deephealth.domain.policy import Breaker, Budget, ClusterPolicy, GroupContext, GroupPolicy, Lemon
 from deephealth.domain.recovery import action_refused, action_started, apply_verdict, plan_recovery
 from deephealth.domain.safety import (
     HOLD_BREAKER,

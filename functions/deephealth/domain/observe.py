@@ -27,7 +27,7 @@ from deephealth.domain.nodes import (
     with_action,
     with_instance,
 )
-from deephealth.domain.policy import GroupPolicy, Mode
+from deephealth.domain.policy import GroupContext
 from deephealth.domain.recovery import MAX_ACTION_RETRIES, apply_verdict
 from deephealth.domain.verdicts import judge_check
 
@@ -35,24 +35,6 @@ from deephealth.domain.verdicts import judge_check
 REBOOT_SETTLE_S = 15 * 60
 # An action we requested that shows no effect for this long is retried.
 ACTION_TIMEOUT_S = 90 * 60
-
-
-@dataclass(frozen=True)
-class GroupContext:
-    """What the controller needs to know about a node's instance group."""
-
-    policy: GroupPolicy
-    worker: bool = True  # Slurm controller/login groups are never checked or recovered
-    on_start_checks: tuple[str, ...] = ()  # HyperPod's OnStartDeepHealthChecks for the group
-
-    @property
-    def watched(self) -> bool:
-        return self.worker and self.policy.mode != Mode.OFF
-
-    @property
-    def observe_only(self) -> bool:
-        # A group with HyperPod's own on-start checks must not get a duplicate on-demand check.
-        return bool(self.on_start_checks) or self.policy.mode == Mode.OBSERVE_ON_START
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from deephealth.domain.nodes import Decision, NodeRecord, NodeState, transition
-from deephealth.domain.observe import GroupContext
-from deephealth.domain.policy import GROUP_NAME_PATTERN, CheckType
+from deephealth.domain.policy import GROUP_NAME_PATTERN, CheckType, GroupContext
 
 # An EC2 instance id, or a NodeLogicalId (botocore model patterns).
 NODE_REF_PATTERN = r"^(i-[0-9a-f]{8}(?:[0-9a-f]{9})?|[a-zA-Z0-9][a-zA-Z0-9-]{0,126}[a-zA-Z0-9])$"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -243,3 +244,21 @@ def parse_config(raw: object) -> ControllerConfig:
         return ControllerConfig.model_validate(raw)
     except ValidationError as err:
         raise ConfigError("invalid hyperpod-dhc configuration: " + _problems(err)) from None
+
+
+@dataclass(frozen=True)
+class GroupContext:
+    """What the controller needs to know about a node's instance group."""
+
+    policy: GroupPolicy
+    worker: bool = True  # Slurm controller/login groups are never checked or recovered
+    on_start_checks: tuple[str, ...] = ()  # HyperPod's OnStartDeepHealthChecks for the group
+
+    @property
+    def watched(self) -> bool:
+        return self.worker and self.policy.mode != Mode.OFF
+
+    @property
+    def observe_only(self) -> bool:
+        # A group with HyperPod's own on-start checks must not get a duplicate on-demand check.
+        return bool(self.on_start_checks) or self.policy.mode == Mode.OBSERVE_ON_START

@@ -12,7 +12,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ConfigDict
 
 from deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState
-from deephealth.domain.observe import GroupContext
+from deephealth.domain.policy import GroupContext
 from deephealth.domain.verdicts import SKIP_GRACE_S
 
 # API limits from the botocore model, which botocore itself does not enforce client-side.

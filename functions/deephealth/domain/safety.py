@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field
 
 from deephealth.domain.nodes import ACTIONABLE_STATUSES, Action, Decision, NodeRecord, NodeState, Verdict, transition
-from deephealth.domain.observe import GroupContext
-from deephealth.domain.policy import GROUP_NAME_PATTERN, BadCapacity, Breaker, Budget, ClusterPolicy
+from deephealth.domain.policy import GROUP_NAME_PATTERN, BadCapacity, Breaker, Budget, ClusterPolicy, GroupContext
 from deephealth.domain.recovery import FAILING, due_action, plan_recovery
 from deephealth.domain.rounds import claimable
 
