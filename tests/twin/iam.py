@@ -304,62 +304,104 @@ def _body(request: Any) -> bytes:
 
 def requests(service: str, operation: str, request: Any, world: World) -> list[Access]:
     """The authorizations AWS makes for one botocore request (`service` is botocore's service id)."""
-    a, r = world.account, world.region
-    prefix = SERVICE_PREFIX.get(service, service)
-    action = f"{prefix}:{operation}"
-    if service == "lambda":
-        if operation != "Invoke":
-            raise UnmappedRequest(action)
-        path = urlparse(request.url).path  # /2015-03-31/functions/<name or ARN>/invocations
-        name = unquote(path.split("/functions/", 1)[1].rsplit("/invocations", 1)[0])
-        return [Access("lambda:InvokeFunction", function_arn(name, a, r))]
-    if service == "sns":
-        params = {k: v[0] for k, v in parse_qs(_body(request).decode()).items()}
-        if operation != "Publish":
-            raise UnmappedRequest(action)
-        topic = params.get("TopicArn") or params.get("TargetArn") or _raise(UnmappedRequest(f"{action} {params}"))
-        out = [Access("sns:Publish", topic)]
-        key = world.key_of(topic)
-        if key:  # SNS encrypts with the topic's key on the publisher's behalf: the publisher needs both
-            out += [Access("kms:GenerateDataKey", key), Access("kms:Decrypt", key)]
-        return out
-    if service not in ("sagemaker", "dynamodb", "sfn", "cloudwatch-logs", "ssm", "sqs"):
+    action = f"{SERVICE_PREFIX.get(service, service)}:{operation}"
+    mapper = _MAPPERS.get(service)
+    found = mapper(action, operation, request, world) if mapper else None
+    if found is None:
         raise UnmappedRequest(f"{action}: no IAM mapping in tests/twin/iam.py `requests` (add it, then grant it)")
-    p = json.loads(_body(request) or b"{}")
-    if service == "sagemaker":
-        if operation == "ListClusters":
-            return [Access(action, "*")]  # no resource type: "*" is the only resource
-        if operation in (
-            "DescribeCluster", "ListClusterNodes", "DescribeClusterNode", "StartClusterHealthCheck",
-            "BatchRebootClusterNodes", "BatchReplaceClusterNodes", "ListClusterEvents", "DescribeClusterEvent",
-        ):  # fmt: skip
-            return [Access(action, world.cluster_arn(p["ClusterName"]))]
-    if service == "dynamodb":
-        if operation in ("BatchGetItem", "BatchWriteItem"):
-            return [Access(action, table_arn(t, a, r)) for t in p["RequestItems"]]
-        if operation in ("GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan", "DescribeTable"):
-            arn = table_arn(p["TableName"], a, r)
-            return [Access(action, f"{arn}/index/{p['IndexName']}" if p.get("IndexName") else arn)]
-    if service == "sfn":
-        if operation in ("StartExecution", "ListExecutions"):
-            return [Access(action, p["stateMachineArn"])]
-        if operation in ("DescribeExecution", "StopExecution", "GetExecutionHistory"):
-            return [Access(action, p["executionArn"])]
-    if service == "cloudwatch-logs" and operation in ("FilterLogEvents", "GetLogEvents", "DescribeLogStreams"):
-        group = p.get("logGroupIdentifier") or p.get("logGroupName", "")
-        return [Access(action, group if group.startswith("arn:") else f"arn:aws:logs:{r}:{a}:log-group:{group}")]
-    if service == "ssm":
-        if operation == "GetParameter":
-            return [Access(action, parameter_arn(p["Name"], a, r))]
-        if operation == "GetParameters":
-            return [Access(action, parameter_arn(n, a, r)) for n in p["Names"]]
-    if service == "sqs" and operation == "SendMessage":
-        queue = queue_arn(p["QueueUrl"], r)
-        key = world.key_of(queue)
-        return [Access(action, queue)] + (
-            [Access("kms:GenerateDataKey", key), Access("kms:Decrypt", key)] if key else []
-        )
-    raise UnmappedRequest(f"{action}: no IAM mapping in tests/twin/iam.py `requests` (add it, then grant it)")
+    return found
+
+
+def _lambda(action: str, operation: str, request: Any, world: World) -> list[Access] | None:
+    if operation != "Invoke":
+        return None
+    path = urlparse(request.url).path  # /2015-03-31/functions/<name or ARN>/invocations
+    name = unquote(path.split("/functions/", 1)[1].rsplit("/invocations", 1)[0])
+    return [Access("lambda:InvokeFunction", function_arn(name, world.account, world.region))]
+
+
+def _sns(action: str, operation: str, request: Any, world: World) -> list[Access] | None:
+    params = {k: v[0] for k, v in parse_qs(_body(request).decode()).items()}
+    if operation != "Publish":
+        return None
+    topic = params.get("TopicArn") or params.get("TargetArn") or _raise(UnmappedRequest(f"{action} {params}"))
+    # SNS encrypts with the topic's key on the publisher's behalf: the publisher needs both
+    return [Access("sns:Publish", topic), *_key_use(world.key_of(topic))]
+
+
+def _key_use(key: str | None) -> list[Access]:
+    return [Access("kms:GenerateDataKey", key), Access("kms:Decrypt", key)] if key else []
+
+
+def _json(request: Any) -> Any:
+    return json.loads(_body(request) or b"{}")
+
+
+def _sagemaker(action: str, operation: str, request: Any, world: World) -> list[Access] | None:
+    if operation == "ListClusters":
+        return [Access(action, "*")]  # no resource type: "*" is the only resource
+    if operation in (
+        "DescribeCluster", "ListClusterNodes", "DescribeClusterNode", "StartClusterHealthCheck",
+        "BatchRebootClusterNodes", "BatchReplaceClusterNodes", "ListClusterEvents", "DescribeClusterEvent",
+    ):  # fmt: skip
+        return [Access(action, world.cluster_arn(_json(request)["ClusterName"]))]
+    return None
+
+
+def _dynamodb(action: str, operation: str, request: Any, world: World) -> list[Access] | None:
+    p, a, r = _json(request), world.account, world.region
+    if operation in ("BatchGetItem", "BatchWriteItem"):
+        return [Access(action, table_arn(t, a, r)) for t in p["RequestItems"]]
+    if operation in ("GetItem", "PutItem", "UpdateItem", "DeleteItem", "Query", "Scan", "DescribeTable"):
+        arn = table_arn(p["TableName"], a, r)
+        return [Access(action, f"{arn}/index/{p['IndexName']}" if p.get("IndexName") else arn)]
+    return None
+
+
+def _sfn(action: str, operation: str, request: Any, world: World) -> list[Access] | None:
+    if operation in ("StartExecution", "ListExecutions"):
+        return [Access(action, _json(request)["stateMachineArn"])]
+    if operation in ("DescribeExecution", "StopExecution", "GetExecutionHistory"):
+        return [Access(action, _json(request)["executionArn"])]
+    return None
+
+
+def _logs(action: str, operation: str, request: Any, world: World) -> list[Access] | None:
+    if operation not in ("FilterLogEvents", "GetLogEvents", "DescribeLogStreams"):
+        return None
+    p = _json(request)
+    group = p.get("logGroupIdentifier") or p.get("logGroupName", "")
+    arn = group if group.startswith("arn:") else f"arn:aws:logs:{world.region}:{world.account}:log-group:{group}"
+    return [Access(action, arn)]
+
+
+def _ssm(action: str, operation: str, request: Any, world: World) -> list[Access] | None:
+    p, a, r = _json(request), world.account, world.region
+    if operation == "GetParameter":
+        return [Access(action, parameter_arn(p["Name"], a, r))]
+    if operation == "GetParameters":
+        return [Access(action, parameter_arn(n, a, r)) for n in p["Names"]]
+    return None
+
+
+def _sqs(action: str, operation: str, request: Any, world: World) -> list[Access] | None:
+    if operation != "SendMessage":
+        return None
+    queue = queue_arn(_json(request)["QueueUrl"], world.region)
+    return [Access(action, queue), *_key_use(world.key_of(queue))]
+
+
+# botocore service id -> what one request of it authorizes; a service or operation not here stops the run.
+_MAPPERS: dict[str, Callable[[str, str, Any, World], list[Access] | None]] = {
+    "lambda": _lambda,
+    "sns": _sns,
+    "sagemaker": _sagemaker,
+    "dynamodb": _dynamodb,
+    "sfn": _sfn,
+    "cloudwatch-logs": _logs,
+    "ssm": _ssm,
+    "sqs": _sqs,
+}
 
 
 def function_arn(name: str, account: str, region: str) -> str:
