@@ -19,6 +19,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 from unittest import mock
 
@@ -57,7 +58,13 @@ class Harness:
         self.clock = fake.clock
         self.config = config or {}
         self.reconcile_every_s = reconcile_every_s or 60.0 * template.reconcile_every_minutes
+        # Held while virtual time moves (`advance`) and while any Lambda handler runs, whatever its thread: an
+        # execution that an Intake invocation starts mid-advance runs its first Task only once that advance is
+        # over, never at a virtual time that depends on thread scheduling.
         self._lock = threading.RLock()
+        self._deadline: float | None = None  # virtual time no execution's Wait passes (`run_until(hold=True)`)
+        self._parked = 0  # execution threads waiting at the deadline
+        self._moved = threading.Condition(self._lock)  # notified when the deadline is lifted
         self._next_reconcile = self.clock.now() + self.reconcile_every_s
         self.delivered: list[dict] = []
         self.unmatched: list[dict] = []
@@ -93,9 +100,12 @@ class Harness:
             mock.patch.dict(os.environ, twin_env),
             mock_aws(config=MOTO_CONFIG),
             install(self.fake),
-            moto_patches.patched(self.advance, self._retry_back_off, self._wrap_invocation),
+            moto_patches.patched(self._wait, self._retry_back_off, self._wrap_invocation, self._lock),
             moto_patches.authorized_requests(self.iam),
             mock.patch("deephealth.adapters.clock.now", self.clock.now),
+            # Powertools' parameter cache (config_store's max_age) expires on datetime.now(): on wall time, a
+            # slow run would re-read the config more often than a fast one.
+            mock.patch("aws_lambda_powertools.utilities.parameters.base.datetime", _virtual_datetime(self.clock.now)),
         ):
             cm.__enter__()
             self._stack.append(cm)
@@ -109,6 +119,9 @@ class Harness:
         self.closing = True  # from now on time stands still and no Lambda runs
         for execution in self.running():  # the horizon ended the run: stop what is left, don't wait
             self._stop(execution["executionArn"])
+        if self._parked:  # stopped, they leave their Wait at the deadline and end
+            with self._lock:
+                self._moved.notify_all()
         # Let the interpreter threads notice before the mocks go: no call may ever leave this process.
         deadline = time.monotonic() + 10
         while any(t.is_alive() for t in moto_patches.interpreter_threads()) and time.monotonic() < deadline:
@@ -178,11 +191,25 @@ class Harness:
 
     # -- the world moves ---------------------------------------------------------------------------
     def advance(self, seconds: float) -> None:
-        """Advance virtual time (called by Wait states and Retry back-off too), delivering what happens."""
+        """Advance virtual time, delivering what happens (a test's or the operator's own move: it lifts the
+        deadline a held run stopped at, see `run_until`)."""
+        self._resume()
+        self._advance(seconds)
+
+    def _wait(self, seconds: float) -> None:
+        """A Wait state of an execution."""
+        self._advance(seconds, park=True)
+
+    def _advance(self, seconds: float, park: bool = False) -> None:
+        """Move the clock `seconds`, but not past the deadline; an execution (`park`) that wants to wait past
+        it stays there until the run ends (or the deadline is lifted: then it waits the rest)."""
         if self.closing:
             return
         with self._lock:
-            remaining = max(0.0, seconds)
+            seconds = max(0.0, seconds)
+            deadline = self._deadline
+            remaining = seconds if deadline is None else min(seconds, max(0.0, deadline - self.clock.now()))
+            beyond = seconds - remaining
             while True:
                 step = min(STEP_S, remaining)
                 if self._scheduled:
@@ -203,7 +230,23 @@ class Harness:
                 for callback in self.on_step:
                     callback(self.clock.now())
                 if remaining <= 0:
-                    return
+                    break
+            if not park or beyond <= 0:
+                return
+            self._parked += 1
+            try:
+                while self._deadline == deadline and not self.closing:  # until lifted (or moved by a new run)
+                    self._moved.wait()
+            finally:
+                self._parked -= 1
+            self._advance(beyond, park)
+
+    def _resume(self) -> None:
+        if self._deadline is None:
+            return
+        with self._lock:
+            self._deadline = None
+            self._moved.notify_all()
 
     def at(self, when: float, action: Callable[[], None]) -> None:
         """Run `action` at virtual time `when` (e.g. a node arriving)."""
@@ -220,7 +263,7 @@ class Harness:
 
     def _retry_back_off(self, seconds: float) -> None:
         self.retry_back_offs.append(seconds)
-        self.advance(seconds)
+        self._advance(seconds, park=True)
 
     def deliver(self, event: dict) -> None:
         """An EventBridge event: to Intake if any synthesized rule pattern matches it (as in AWS)."""
@@ -232,6 +275,10 @@ class Harness:
 
     def invoke(self, arn: str, payload: dict) -> dict:
         """A synchronous invocation (a test's own call): a function error fails the caller."""
+        self._resume()  # the world moves on past a held run's deadline
+        return self._invoke(arn, payload)
+
+    def _invoke(self, arn: str, payload: dict) -> dict:
         body, failed = self._call(arn, payload)
         if failed:
             raise AssertionError(f"{arn} failed: {body}")
@@ -242,7 +289,7 @@ class Harness:
         does, then the event is given up; otherwise (integration tests) it fails the caller at once."""
         if not self.asynchronous:
             with iam.invoked_by("events", payload):  # a Lambda permission must let the rule invoke it
-                self.invoke(arn, payload)
+                self._invoke(arn, payload)
             return
         with iam.invoked_by("events", payload):
             body, failed = self._call(arn, payload)
@@ -347,20 +394,39 @@ class Harness:
         while self.running() and time.monotonic() < deadline:
             time.sleep(0.05)
 
-    def run_until(self, done: Callable[[], bool], horizon_s: float, idle_step_s: float = STEP_S) -> float:
+    def run_until(
+        self, done: Callable[[], bool], horizon_s: float, idle_step_s: float = STEP_S, hold: bool = False
+    ) -> float:
         """Let the controller work until `done()` or the horizon; returns virtual seconds elapsed.
 
         While an execution runs its Wait states drive the clock; when none runs, time moves in idle steps.
+        Without `hold`, the executions still running at the horizon are then waited for (at most a minute of
+        wall time). With `hold` (the twin's reports), the horizon is a deadline no Wait passes: the run ends
+        once every running execution waits there, and they stay there (the world frozen, reproducibly) until
+        the harness closes, or an `advance` or `invoke` lifts the deadline.
         """
+        self._resume()  # a deadline an earlier held run left
         start = self.clock.now()
+        if hold:
+            with self._lock:
+                self._deadline = start + horizon_s
         while self.clock.now() - start < horizon_s:
-            if self.running():
+            if running := self.running():
+                if hold and len(running) <= self._parked:
+                    break  # every execution waits at the deadline
                 time.sleep(0.05)  # the executions' own Wait states move time meanwhile
                 continue
             if done():
                 break
-            self.advance(idle_step_s)
-        self.wait_for_executions()
+            self._advance(idle_step_s)
+        if not hold:
+            self.wait_for_executions()
+            return self.clock.now() - start
+        deadline = time.monotonic() + 600  # a safeguard: every execution reaches its next Wait long before
+        while len(self.running()) > self._parked and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not self._parked:
+            self._resume()  # done before the horizon: nothing waits at it
         return self.clock.now() - start
 
     def history(self, execution_arn: str) -> list[dict]:
@@ -383,6 +449,17 @@ def _cold_start() -> list[str]:
 
     settings.load.cache_clear()
     return names
+
+
+def _virtual_datetime(now: Callable[[], float]) -> type[datetime]:
+    """`datetime` whose `now()` reads the virtual clock."""
+
+    class VirtualDatetime(datetime):
+        @classmethod
+        def now(cls, tz: Any = None) -> datetime:  # type: ignore[override]
+            return datetime.fromtimestamp(now(), tz)
+
+    return VirtualDatetime
 
 
 def _clear_parameter_cache() -> None:

@@ -6,7 +6,8 @@
     our exception names exactly as in AWS.
 (b) Time: Wait states and Retry back-off call `on_wait(seconds)` instead of sleeping, so the simulation
     advances a virtual clock; botocore's own retry back-off (throttling, 5xx) returns at once and is
-    recorded, since a handler must not move time while it runs.
+    recorded, since a handler must not move time while it runs. Retry's FULL jitter draws from a seeded
+    stream instead of the unseeded global `random`, so a fixed-seed run backs off the same every time.
 (c) API faults: moto's botocore stubber (the `before-send` handler that answers every botocore request) is
     wrapped, so a fault injector may answer a request made *inside a Lambda invocation* with an error
     response before moto sees it. The harness's own reads (outside any invocation) are never faulted.
@@ -22,6 +23,7 @@ import contextlib
 import importlib
 import json
 import os
+import random
 import threading
 import types
 import uuid
@@ -33,12 +35,13 @@ import botocore.endpoint
 from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.core.botocore_stubber import BotocoreStubber, MockRawResponse
-from moto.stepfunctions.parser.asl.component.common.retry import retrier_decl
+from moto.stepfunctions.parser.asl.component.common.retry import jitter_strategy_decl, retrier_decl
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function import wait_function
 from moto.stepfunctions.parser.utils import TMP_THREADS
 
 BOTOCORE_BACK_OFFS: list[float] = []  # seconds botocore would have slept before a retry
+JITTER_SEED = 0  # ASL Retry's JitterStrategy FULL draws from random.Random(JITTER_SEED), anew per `patched`
 _ENV_LOCK = threading.Lock()  # os.environ is process-wide; invocations from several executions serialise here
 _INVOCATION = threading.local()  # a handler runs on the thread that invoked it: `function` is set meanwhile
 
@@ -85,7 +88,9 @@ def invocation(function_name: str) -> Iterator[None]:
         _INVOCATION.function = None
 
 
-def _invoke_with(wrap: InvocationWrapper | None) -> Callable[..., bytes]:
+def _invoke_with(
+    wrap: InvocationWrapper | None, lock: contextlib.AbstractContextManager | None
+) -> Callable[..., bytes]:
     def invoke(
         self: LambdaSimpleBackend,
         function_name: str,
@@ -96,7 +101,12 @@ def _invoke_with(wrap: InvocationWrapper | None) -> Callable[..., bytes]:
     ) -> bytes:
         fn = self.get_function(function_name, qualifier)
         event = json.loads(body) if body else {}
-        with _ENV_LOCK, mock.patch.dict(os.environ, fn.environment_vars or {}), invocation(fn.function_name):
+        with (
+            lock if lock is not None else contextlib.nullcontext(),
+            _ENV_LOCK,
+            mock.patch.dict(os.environ, fn.environment_vars or {}),
+            invocation(fn.function_name),
+        ):
             try:
                 handler = _handler(fn)  # inside the try: an import (cold start) error is a function error too
                 result = (wrap(fn.function_name, handler) if wrap else handler)(event, LambdaContext(fn))
@@ -165,9 +175,10 @@ def patched(
     on_wait: Callable[[float], None],
     on_retry: Callable[[float], None] | None = None,
     wrap: InvocationWrapper | None = None,
+    lock: contextlib.AbstractContextManager | None = None,
 ) -> Iterator[None]:
-    """Run Lambda tasks in-process (each handler through `wrap`, if given); Wait states call `on_wait(seconds)`,
-    Retry back-off `on_retry(seconds)`."""
+    """Run Lambda tasks in-process (each handler through `wrap`, if given, and holding `lock`, if given, taken
+    before the environment lock); Wait states call `on_wait(seconds)`, Retry back-off `on_retry(seconds)`."""
     on_retry = on_retry or on_wait
 
     def wait_interval(self: Any, env: Any, wait_seconds: int) -> None:
@@ -175,8 +186,9 @@ def patched(
 
     with (
         mock.patch.object(botocore.endpoint, "time", types.SimpleNamespace(sleep=BOTOCORE_BACK_OFFS.append)),
-        mock.patch.object(LambdaSimpleBackend, "invoke", _invoke_with(wrap)),
+        mock.patch.object(LambdaSimpleBackend, "invoke", _invoke_with(wrap, lock)),
         mock.patch.object(wait_function.WaitFunction, "_wait_interval", wait_interval),
         mock.patch.object(retrier_decl, "time", types.SimpleNamespace(sleep=lambda s: on_retry(float(s)))),
+        mock.patch.object(jitter_strategy_decl, "random", random.Random(JITTER_SEED)),
     ):
         yield

@@ -76,7 +76,9 @@ class SimulatedHyperPod(FakeHyperPod):
 
     def _duration(self, checks: Any) -> float:
         ranges = self.scenario.check_duration_s
-        total = sum(self._durations.uniform(*ranges.get(c, (self.check_duration_s[c],) * 2)) for c in set(checks))
+        # Sorted: a set of names iterates in hash order, which changes with each process (PYTHONHASHSEED).
+        draw = self._durations.uniform
+        total = sum(draw(*ranges.get(c, (self.check_duration_s[c],) * 2)) for c in sorted(set(checks)))
         self.check_durations.append(total)
         return total
 
@@ -237,7 +239,8 @@ class Twin(Harness):
     def run(self) -> float:
         """Run to the horizon or until every node has its verdict; returns wall seconds."""
         wall = time.monotonic()
-        self.run_until(self.finished, horizon_s=self.scenario.horizon_s)
+        # Held: the report is of the world at the horizon, not of however far the executions got in a minute.
+        self.run_until(self.finished, horizon_s=self.scenario.horizon_s, hold=True)
         return time.monotonic() - wall
 
 
