@@ -1,4 +1,4 @@
-"""Composition root: builds the Controller from a Lambda's settings (adapters are created lazily)."""
+"""Composition root: builds a Lambda's use-case Context from its settings (adapters are created lazily)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,15 @@ from deephealth.adapters.hyperpod import HyperPod
 from deephealth.adapters.node_table import NodeTable
 from deephealth.adapters.notifications import Notifier
 from deephealth.adapters.round_starter import RoundStarter
-from deephealth.controller import Controller
+from deephealth.settings import _Settings
+from deephealth.usecases.context import Context
 
 
-def build_controller(settings) -> Controller:
+def build_context(settings: _Settings) -> Context:
     table = NodeTable(settings.TABLE_NAME)
-    arn = getattr(settings, "ROUND_STATE_MACHINE_ARN", None)
-    return Controller(
+    # Only the settings of the Lambdas that start rounds have the state machine's ARN.
+    arn: str | None = getattr(settings, "ROUND_STATE_MACHINE_ARN", None)
+    return Context(
         table=table,
         hyperpod=HyperPod(),
         config=lambda: load_config(settings.CONFIG_PARAMETER_NAME),

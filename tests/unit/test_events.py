@@ -277,13 +277,13 @@ def test_foreign_origin_accepts_our_own_events():
 # ---------------------------------------------------------------- property: the Intake handler never raises
 
 
-class _StubController:
-    """Stands in for the controller: this property is about input handling, not about HyperPod."""
+class _StubHandleSignal:
+    """Stands in for the Intake use case: this property is about input handling, not about HyperPod."""
 
     def __init__(self):
         self.signals = []
 
-    def handle_signal(self, signal):
+    def __call__(self, ctx, signal):
         self.signals.append(signal)
         return f"ignored: {signal.reason}" if isinstance(signal, Ignored) else "handled"
 
@@ -303,7 +303,7 @@ def intake():
         settings.load.cache_clear()
         sys.modules.pop("deephealth.handlers.intake", None)
         module = importlib.import_module("deephealth.handlers.intake")
-        mp.setattr(module, "CONTROLLER", _StubController())
+        mp.setattr(module, "handle_signal", _StubHandleSignal())
         yield module
     sys.modules.pop("deephealth.handlers.intake", None)  # the next importer gets a fresh cold start
     settings.load.cache_clear()
@@ -336,11 +336,11 @@ EVENT = st.sampled_from(DETAIL_TYPES).flatmap(
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(event=EVENT | JSON)
 def test_intake_never_raises_for_any_json_value(intake, event):
-    before = len(intake.CONTROLLER.signals)
+    before = len(intake.handle_signal.signals)
     result = intake.lambda_handler(json.loads(json.dumps(event)), CONTEXT)  # as the Lambda runtime delivers it
     outcome = result["outcome"]
     assert outcome in ("malformed", "foreign", "handled") or outcome.startswith("ignored"), result
-    reached = intake.CONTROLLER.signals[before:]
+    reached = intake.handle_signal.signals[before:]
     assert len(reached) == (0 if outcome in ("malformed", "foreign") else 1)
     if outcome in ("malformed", "foreign"):
         assert result["reason"] and len(result["reason"]) <= 1000

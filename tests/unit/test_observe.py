@@ -1,6 +1,7 @@
 from deephealth.domain.nodes import Action, NodeRecord, NodeSnapshot, NodeState, Verdict
-from deephealth.domain.observe import REBOOT_SETTLE_S, Observation, observe
-from deephealth.domain.policy import GroupContext, GroupPolicy, Mode
+from deephealth.domain.observe import Observation, observe
+from deephealth.domain.policy import GroupContext, GroupPolicy, Mode, NodeRecovery
+from deephealth.domain.recovery import REBOOT_SETTLE_S
 
 A, B = "i-0000000000000000a", "i-0000000000000000b"
 GROUPS = {
@@ -11,7 +12,7 @@ GROUPS = {
 }
 
 
-def obs(now=1000.0, logs=None, recovery="None", judge=True) -> Observation:
+def obs(now=1000.0, logs=None, recovery=NodeRecovery.NONE, judge=True) -> Observation:
     return Observation(now=now, node_recovery=recovery, trigger="t", log_errors=logs, may_judge=judge, groups=GROUPS)
 
 
@@ -95,9 +96,9 @@ def test_replacement_keeps_the_logical_id_and_the_instance_trail():
 
 def test_hyperpod_recovery_within_grace_is_recorded_not_duplicated():
     record = rec(NodeState.RECOVERY_DUE, action=Action.AWAIT_HYPERPOD, not_before=5000.0)
-    acting, _ = observe("c", record, snap("ShuttingDown"), obs(recovery="Automatic"))
+    acting, _ = observe("c", record, snap("ShuttingDown"), obs(recovery=NodeRecovery.AUTOMATIC))
     assert acting.state == NodeState.RECOVERING and acting.action == Action.HYPERPOD and acting.attempts == 1
-    replaced, _ = observe("c", record, snap(iid=B), obs(recovery="Automatic"))
+    replaced, _ = observe("c", record, snap(iid=B), obs(recovery=NodeRecovery.AUTOMATIC))
     assert replaced.state == NodeState.PENDING and replaced.attempts == 1
 
 
@@ -146,7 +147,7 @@ def test_a_waiting_node_that_falls_into_failure_has_failed_and_its_recovery_foll
     record, decision = observe("c", rec(NodeState.PENDING, ready_at=500.0), snap("Failure"), obs())
     assert record.state == NodeState.RECOVERY_DUE and record.verdict == Verdict.FAILED
     assert record.status == "Failure" and "while waiting for a check" in decision.evidence[0]
-    record, _ = observe("c", rec(NodeState.PASSED), snap("Failure"), obs(recovery="Automatic"))
+    record, _ = observe("c", rec(NodeState.PASSED), snap("Failure"), obs(recovery=NodeRecovery.AUTOMATIC))
     assert record.state == NodeState.RECOVERY_DUE and record.action == Action.AWAIT_HYPERPOD  # HyperPod first
 
 
@@ -163,3 +164,33 @@ def test_an_unhealthy_report_about_a_node_in_failure_fails_it_and_one_still_runn
     assert record.state == NodeState.PENDING and record.ready_at == 1000.0  # claimable at once
     record, _ = mark_unhealthy(rec(NodeState.PASSED), snap("ShuttingDown"), "HMA", o)
     assert record.state == NodeState.PENDING and record.ready_at is None  # back when Running
+
+
+# -- observe() dispatches by state; the cluster's NodeRecovery as DescribeCluster spells it --------------------
+def test_the_cluster_node_recovery_as_a_plain_string_still_decides_who_acts_first():
+    """ClusterInfo carries DescribeCluster's string: "Automatic" must still give HyperPod its grace."""
+    failing = rec(NodeState.PENDING, ready_at=500.0)
+    auto, _ = observe("c", failing, snap("Failure"), obs(recovery="Automatic"))
+    assert auto.action == Action.AWAIT_HYPERPOD and auto.not_before == 1000.0 + GroupPolicy().recovery_grace_s
+    none, _ = observe("c", failing, snap("Failure"), obs(recovery="None"))
+    assert none.action == Action.REBOOT and none.not_before == 1000.0
+
+
+def test_a_node_in_its_check_that_is_no_longer_listed_gets_the_checks_verdict_only_when_judging():
+    checking = rec(NodeState.CHECKING, round_id="r", check_started_at=900.0)
+    gone, decision = observe("c", checking, None, obs())
+    assert gone.state == NodeState.GONE and decision.verdict == Verdict.GONE and gone.round_id is None
+    unjudged, decision = observe("c", checking, None, obs(judge=False))
+    assert unjudged.state == NodeState.GONE and decision.verdict is None  # closed out, no verdict recorded
+
+
+def test_a_recovering_node_that_gets_a_new_instance_is_rechecked_without_judging_anything():
+    record = rec(NodeState.RECOVERING, action=Action.REPLACE, action_at=1000.0, round_id="r", held_by="x")
+    new, decision = observe("c", record, snap("Pending", iid=B), obs(now=3000.0, judge=False))
+    assert new.state == NodeState.PENDING and new.instance_id == B and new.ready_at is None  # ready once Running
+    assert new.round_id is None and new.held_by is None and decision.verdict is None
+
+
+def test_a_dry_run_record_stays_shadowed_while_the_group_observes_hyperpods_own_checks():
+    shadowed = rec(NodeState.SHADOWED, group="native")
+    assert observe("c", shadowed, snap(group="native"), obs()) is None

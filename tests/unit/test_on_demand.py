@@ -2,7 +2,7 @@ import pytest
 from pydantic import ValidationError
 
 from deephealth.domain.nodes import HistoryEntry, NodeRecord, NodeState
-from deephealth.domain.on_demand import CheckRequest, request_checks
+from deephealth.domain.on_demand import CheckRequest, queue_checks
 from deephealth.domain.policy import GroupContext, GroupPolicy, Mode
 from deephealth.domain.rounds import build_check_request
 from deephealth.domain.views import check_seconds, group_views
@@ -43,7 +43,7 @@ RECORDS = {
 
 
 def test_a_group_request_queues_only_nodes_not_already_waiting_or_in_recovery():
-    queued, refused = request_checks(
+    queued, refused = queue_checks(
         RECORDS, GROUPS, group_names=["gpu"], nodes=[], checks=None, now=10.0, trigger="api:r1"
     )
     assert [r.key for r, _ in queued] == ["n1", "n6"]
@@ -57,7 +57,7 @@ def test_a_group_request_queues_only_nodes_not_already_waiting_or_in_recovery():
 
 
 def test_instances_by_instance_id_or_logical_id_with_requested_checks():
-    queued, refused = request_checks(
+    queued, refused = queue_checks(
         RECORDS,
         GROUPS,
         group_names=["native", "off", "nope"],

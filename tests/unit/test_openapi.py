@@ -1,7 +1,8 @@
 import os
+from pathlib import Path
 from unittest import mock
 
-from tests.twin.cli import REPO_ROOT
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 ENV = {
     "TABLE_NAME": "-",

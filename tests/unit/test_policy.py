@@ -1,6 +1,6 @@
 import pytest
 
-from deephealth.domain.policy import ConfigError, Mode, Recovery, parse_config
+from deephealth.domain.policy import ConfigError, Mode, NodeRecovery, Recovery, parse_config
 
 
 def test_defaults_are_valid_and_watch_every_cluster():
@@ -98,3 +98,12 @@ def test_the_stored_configuration_reads_back_to_the_same_policies():
     assert again.policy_for("c", "gpu").max_attempts == 5, "an override must not reset the defaults it left out"
     assert again.cluster_policy("prod") == config.cluster_policy("prod")
     assert again.cluster_policy("prod").breaker.min_verdicts == 4
+
+
+def test_node_recovery_is_hyperpods_spelling_and_equal_to_the_strings_describe_cluster_returns():
+    assert NodeRecovery("Automatic") is NodeRecovery.AUTOMATIC and NodeRecovery("None") is NodeRecovery.NONE
+    assert NodeRecovery.AUTOMATIC == "Automatic" and NodeRecovery.NONE == "None"
+    assert str(NodeRecovery.NONE) == "None"  # audit reasons and logs show HyperPod's own value
+    assert [m.value for m in NodeRecovery] == ["Automatic", "None"]
+    with pytest.raises(ValueError):
+        NodeRecovery("automatic")  # our Recovery.AUTO ("auto") is the group's policy, not the cluster's setting

@@ -1,14 +1,20 @@
 import pytest
 
-from deephealth.domain.nodes import Action, NodeRecord, NodeState, Verdict
-from deephealth.domain.policy import GroupPolicy, Recovery
+from deephealth.domain.nodes import Action, ActionEntry, NodeRecord, NodeSnapshot, NodeState, Verdict
+from deephealth.domain.policy import GroupPolicy, NodeRecovery, Recovery
 from deephealth.domain.recovery import (
+    ACTION_RETRY_BASE_S,
+    ACTION_TIMEOUT_S,
     MAX_ACTION_RETRIES,
+    REBOOT_SETTLE_S,
     action_refused,
     action_started,
     apply_verdict,
     due_action,
+    give_up_or_retry,
     ladder_step,
+    observe_recovering,
+    observe_recovery_due,
 )
 
 NOW = 5_000.0
@@ -120,3 +126,134 @@ def test_an_action_whose_answer_was_lost_stays_counted_and_in_flight():
     assert lost.state == NodeState.RECOVERING and lost.attempts == started.attempts == 1
     assert [(a.action, a.actor) for a in lost.actions] == [(Action.REPLACE, "controller")]
     assert "answer lost" in decision.reason
+
+
+# -- due_action owns the whole re-plan: the action to request, or the node's settled state ------------------------
+def due(**kw) -> NodeRecord:
+    return rec(**{"state": NodeState.RECOVERY_DUE, "not_before": NOW, "action": Action.REBOOT, **kw})
+
+
+def test_a_due_node_gets_its_recorded_action_and_a_node_not_due_yet_gets_nothing():
+    assert due_action(due(action=Action.REPLACE), GroupPolicy(), NOW) == Action.REPLACE
+    assert due_action(due(not_before=NOW + 1), GroupPolicy(), NOW) is None
+    assert due_action(rec(state=NodeState.RECOVERING, action=Action.REBOOT), GroupPolicy(), NOW) is None
+
+
+def test_after_hyperpods_grace_the_ladder_step_counts_only_attempts_in_the_window():
+    policy = GroupPolicy(attempt_window_h=1)
+    old = [ActionEntry(at=NOW - 7200, action=Action.REBOOT, actor="hyperpod")]
+    assert due_action(due(action=Action.AWAIT_HYPERPOD, attempts=1, actions=old), policy, NOW) == Action.REBOOT
+    lifetime = GroupPolicy()  # the same attempt counts for ever: the ladder's next step is a replacement
+    assert due_action(due(action=Action.AWAIT_HYPERPOD, attempts=1, actions=old), lifetime, NOW) == Action.REPLACE
+
+
+def test_a_node_out_of_ladder_steps_when_hyperpods_grace_ends_is_quarantined_by_due_action():
+    record, decision = due_action(due(action=Action.AWAIT_HYPERPOD, attempts=2), GroupPolicy(max_attempts=2), NOW, "r")
+    assert record.state == NodeState.QUARANTINED and decision.reason.startswith("failed again after 2 recovery")
+    assert decision.trigger == "r" and record.held_by is None
+
+
+def test_a_due_node_without_an_action_is_planned_again_without_waiting_for_hyperpod_again():
+    policy = GroupPolicy(recovery_grace_s=900)
+    record, _ = due_action(due(action=None), policy, NOW, "r")
+    assert record.state == NodeState.RECOVERY_DUE and record.action == Action.REBOOT and record.not_before == NOW
+    record, _ = due_action(due(action=None), GroupPolicy(recovery=Recovery.NONE), NOW, "r")
+    assert record.state == NodeState.FAILED
+
+
+# -- the give-up-or-retry rule, written once --------------------------------------------------------------------
+def test_give_up_or_retry_retries_up_to_the_limit_then_needs_an_operator():
+    last = rec(state=NodeState.RECOVERING, action=Action.REPLACE, action_retries=MAX_ACTION_RETRIES - 1)
+    retried, decision = give_up_or_retry(last, NOW, "r", "replace showed no effect", cause=" after 1 s")
+    assert retried.state == NodeState.RECOVERY_DUE and retried.action_retries == MAX_ACTION_RETRIES
+    assert retried.not_before == NOW and decision.reason == "replace showed no effect after 1 s; retry"
+    assert decision.action is None, "no new action was decided"
+    worn = last.model_copy(update={"action_retries": MAX_ACTION_RETRIES})
+    gave_up, decision = give_up_or_retry(worn, NOW, "r", "replace showed no effect", detail=" (why)")
+    assert gave_up.state == NodeState.INCONCLUSIVE and gave_up.action_retries == MAX_ACTION_RETRIES + 1
+    assert decision.reason == f"replace showed no effect {MAX_ACTION_RETRIES + 1} times (why): needs an operator"
+
+
+def test_give_up_or_retry_backs_off_doubling_and_names_the_retried_action():
+    first, decision = give_up_or_retry(rec(), NOW, None, "reboot refused", backoff=True, retry=Action.REBOOT)
+    assert first.not_before == NOW + ACTION_RETRY_BASE_S and decision.action == Action.REBOOT
+    assert decision.reason == f"reboot refused; retry in {ACTION_RETRY_BASE_S} s"
+    third, _ = give_up_or_retry(rec(action_retries=2), NOW, None, "reboot refused", backoff=True)
+    assert third.not_before == NOW + 4 * ACTION_RETRY_BASE_S
+
+
+def test_a_refusal_at_the_retry_limit_backs_off_and_one_more_needs_an_operator():
+    started, _ = action_started(due(action_retries=MAX_ACTION_RETRIES - 1), Action.REBOOT, NOW, "r")
+    last, decision = action_refused(started, Action.REBOOT, "InstanceIdInUse", "busy", NOW, "r")
+    assert last.state == NodeState.RECOVERY_DUE and last.attempts == 0 and last.actions == []
+    assert last.not_before == NOW + ACTION_RETRY_BASE_S * 2 ** (MAX_ACTION_RETRIES - 1)
+    assert decision.reason == f"reboot refused (InstanceIdInUse); retry in {ACTION_RETRY_BASE_S * 16} s"
+    again, _ = action_started(last, Action.REBOOT, NOW, "r")
+    worn, decision = action_refused(again, Action.REBOOT, "InstanceIdInUse", "busy", NOW, "r")
+    assert worn.state == NodeState.INCONCLUSIVE and worn.attempts == 0
+    assert decision.reason == "reboot refused 6 times (InstanceIdInUse: busy): needs an operator"
+
+
+# -- the observed recovery: RECOVERY_DUE and RECOVERING as HyperPod lists the node ---------------------------------
+A, B = "i-0000000000000000a", "i-0000000000000000b"
+
+
+def listed(status="Running", iid=A) -> NodeSnapshot:
+    return NodeSnapshot(group="g", instance_id=iid, logical_id="n1", status=status)
+
+
+def test_hyperpod_replacing_a_node_due_for_recovery_is_credited_to_hyperpod_and_rechecked():
+    waiting = due(action=Action.AWAIT_HYPERPOD, attempts=1, instance_ids=[A], held_by="breaker", round_id="r")
+    record, decision = observe_recovery_due(waiting, listed("Pending", iid=B), NOW, "t")
+    assert record.state == NodeState.PENDING and record.instance_id == B and record.instance_ids == [A, B]
+    assert record.attempts == 2 and record.action == Action.HYPERPOD and record.action_at == NOW
+    assert [(a.action, a.actor, a.instance_id) for a in record.actions] == [(Action.REPLACE, "hyperpod", A)]
+    assert record.ready_at is None and record.held_by is None and record.round_id is None  # ready once Running
+    assert decision.action == Action.HYPERPOD and decision.reason == "HyperPod replaced the instance"
+
+
+def test_hyperpod_taking_a_due_node_down_owns_the_recovery_and_a_node_left_alone_stays_due():
+    waiting = due(action=Action.REPLACE, held_by="replace-budget:group", not_before=NOW + 600)
+    record, _ = observe_recovery_due(waiting, listed("ShuttingDown"), NOW, "t")
+    assert record.state == NodeState.RECOVERING and record.action == Action.HYPERPOD and record.seen_down
+    assert record.attempts == 1 and record.not_before is None and record.held_by is None
+    for status in ("Running", "Failure", "SystemUpdating"):
+        assert observe_recovery_due(waiting, listed(status), NOW, "t") is None
+
+
+def recovering(action=Action.REBOOT, **kw) -> NodeRecord:
+    return rec(state=NodeState.RECOVERING, action=action, action_at=NOW, instance_ids=[A], **kw)
+
+
+def test_a_reboot_settles_once_seen_down_and_back_or_after_the_settle_time_running():
+    down, _ = observe_recovering(recovering(), listed("ShuttingDown"), NOW + 60, "t")
+    assert down.state == NodeState.RECOVERING and down.seen_down
+    assert observe_recovering(down, listed("Pending"), NOW + 120, "t") is None  # already seen down
+    back, decision = observe_recovering(down, listed(), NOW + 180, "t")
+    assert back.state == NodeState.PENDING and back.ready_at == NOW + 180 and not back.seen_down
+    assert decision.reason == "reboot done: Running again"
+    assert observe_recovering(recovering(), listed(), NOW + REBOOT_SETTLE_S - 1, "t") is None
+    settled, _ = observe_recovering(recovering(), listed(), NOW + REBOOT_SETTLE_S, "t")
+    assert settled.state == NodeState.PENDING
+
+
+def test_a_replacement_never_settles_by_time_and_is_retried_once_it_shows_no_effect():
+    assert observe_recovering(recovering(Action.REPLACE), listed(), NOW + REBOOT_SETTLE_S, "t") is None
+    assert observe_recovering(recovering(Action.REPLACE), listed(), NOW + ACTION_TIMEOUT_S - 1, "t") is None
+    retry, decision = observe_recovering(recovering(Action.REPLACE), listed(), NOW + ACTION_TIMEOUT_S, "t")
+    assert retry.state == NodeState.RECOVERY_DUE and retry.action == Action.REPLACE and retry.action_retries == 1
+    assert retry.not_before == NOW + ACTION_TIMEOUT_S
+    assert decision.reason == f"replace showed no effect after {ACTION_TIMEOUT_S} s; retry"
+    worn = recovering(Action.REPLACE, action_retries=MAX_ACTION_RETRIES)
+    gave_up, _ = observe_recovering(worn, listed(), NOW + ACTION_TIMEOUT_S, "t")
+    assert gave_up.state == NodeState.INCONCLUSIVE
+    new, _ = observe_recovering(recovering(Action.REPLACE), listed(iid=B), NOW + 60, "t")
+    assert new.state == NodeState.PENDING and new.instance_ids == [A, B] and new.attempts == 0  # counted at request
+
+
+def test_plan_recovery_takes_the_clusters_node_recovery_as_the_enum_or_its_string():
+    for automatic in (NodeRecovery.AUTOMATIC, "Automatic"):
+        record, _ = apply_verdict(rec(), Verdict.FAILED, ("x",), GroupPolicy(), automatic, NOW, None)
+        assert record.action == Action.AWAIT_HYPERPOD
+    record, _ = apply_verdict(rec(), Verdict.FAILED, ("x",), GroupPolicy(), NodeRecovery.NONE, NOW, None)
+    assert record.action == Action.REBOOT

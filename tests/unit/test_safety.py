@@ -5,8 +5,8 @@ from hypothesis import strategies as st
 
 from deephealth.domain.nodes import Action, ActionEntry, NodeRecord, NodeState, Outcome, Verdict
 from deephealth.domain.observe import Observation, observe
-from deephealth.domain.policy import Breaker, Budget, ClusterPolicy, GroupContext, GroupPolicy, Lemon
-from deephealth.domain.recovery import action_refused, action_started, apply_verdict, plan_recovery
+from deephealth.domain.policy import Breaker, Budget, ClusterPolicy, GroupContext, GroupPolicy, Lemon, NodeRecovery
+from deephealth.domain.recovery import action_refused, action_started, apply_verdict, due_action, plan_recovery
 from deephealth.domain.safety import (
     HOLD_BREAKER,
     HOLD_CAPACITY,
@@ -241,7 +241,9 @@ def test_dry_run_records_what_it_would_do_and_does_nothing():
     assert plan.acts == {Action.REBOOT: [], Action.REPLACE: []}
     ((record, decision),) = plan.changes
     assert record.state == NodeState.SHADOWED and decision.reason == "dry-run: would replace"
-    failed_now, _ = plan_recovery(node("x", state=NodeState.CHECKING), GroupPolicy(dry_run=True), "None", NOW, None)
+    failed_now, _ = plan_recovery(
+        node("x", state=NodeState.CHECKING), GroupPolicy(dry_run=True), NodeRecovery.NONE, NOW, None
+    )
     assert failed_now.state == NodeState.SHADOWED and "would reboot" in failed_now.history[-1].reason
 
 
@@ -250,9 +252,9 @@ def test_a_shadowed_node_is_checked_for_real_once_the_group_leaves_dry_run():
 
     shadowed = node("s", state=NodeState.SHADOWED, status="Running")
     snap = NodeSnapshot(group="g", instance_id="i-s", logical_id="s", status="Running")
-    obs = Observation(now=NOW, node_recovery="None", trigger="reconcile", groups=groups(dry_run=True))
+    obs = Observation(now=NOW, node_recovery=NodeRecovery.NONE, trigger="reconcile", groups=groups(dry_run=True))
     assert observe("c", shadowed, snap, obs) is None
-    live = Observation(now=NOW, node_recovery="None", trigger="reconcile", groups=groups())
+    live = Observation(now=NOW, node_recovery=NodeRecovery.NONE, trigger="reconcile", groups=groups())
     record, _ = observe("c", shadowed, snap, live)
     assert record.state == NodeState.PENDING and record.ready_at == NOW
 
@@ -266,7 +268,7 @@ def test_a_node_failing_again_across_instances_is_quarantined_as_a_lemon():
     ]
     record = node("n", state=NodeState.CHECKING, outcomes=trail, attempts=0, instance_id="i-c")
     policy = GroupPolicy(lemon=Lemon(max_failures=3, window_days=30), max_attempts=5)
-    quarantined, decision = apply_verdict(record, Verdict.FAILED, ("log",), policy, "None", NOW, "r")
+    quarantined, decision = apply_verdict(record, Verdict.FAILED, ("log",), policy, NodeRecovery.NONE, NOW, "r")
     assert quarantined.state == NodeState.QUARANTINED
     assert "lemon: failed 3 times" in decision.reason and "i-a, i-b, i-c" in decision.reason
     assert [o.instance_id for o in quarantined.outcomes] == ["i-a", "i-b", "i-b", "i-c"]
@@ -277,7 +279,7 @@ def test_a_flapping_node_is_quarantined_even_when_it_passes():
     trail = [Outcome(at=NOW - (10 - i) * H, verdict=v) for i, v in enumerate(verdicts)]
     record = node("n", state=NodeState.CHECKING, outcomes=trail)
     policy = GroupPolicy(lemon=Lemon(max_failures=10, max_flaps=4))
-    quarantined, decision = apply_verdict(record, Verdict.PASSED, (), policy, "None", NOW, "r")
+    quarantined, decision = apply_verdict(record, Verdict.PASSED, (), policy, NodeRecovery.NONE, NOW, "r")
     assert quarantined.state == NodeState.QUARANTINED and decision.reason.startswith("flapping: 4")
 
 
@@ -286,9 +288,11 @@ def test_explicit_ladder_and_attempt_window():
     assert policy.steps() == ("reboot", "reboot", "replace")
     old = [ActionEntry(at=NOW - 48 * H, action=Action.REBOOT, actor="controller")] * 3
     record = node("n", state=NodeState.CHECKING, attempts=3, actions=old)
-    due, _ = plan_recovery(record, policy, "None", NOW, "r")
+    due, _ = plan_recovery(record, policy, NodeRecovery.NONE, NOW, "r")
     assert due.state == NodeState.RECOVERY_DUE and due.action == Action.REBOOT, "old attempts left the window"
-    lifetime, _ = plan_recovery(record, policy.model_copy(update={"attempt_window_h": None}), "None", NOW, "r")
+    lifetime, _ = plan_recovery(
+        record, policy.model_copy(update={"attempt_window_h": None}), NodeRecovery.NONE, NOW, "r"
+    )
     assert lifetime.state == NodeState.QUARANTINED
 
 
@@ -345,3 +349,31 @@ def test_an_instance_keyed_node_is_not_replaced_but_failed_with_the_reason():
     assert changed.state == NodeState.FAILED and "no NodeLogicalIds" in decision.reason
     assert [a.kind for a in plan.alerts] == ["recovery-held"]
     assert gate([node("i-0abd", logical_id=None, action=Action.REBOOT)]).acts[Action.REBOOT]  # reboots still go
+
+
+# -- the gate only gates: what a node's recovery is was decided before, by recovery.due_action --------------------
+def test_the_gate_requests_or_holds_the_recorded_action_and_never_decides_it_again():
+    """A node past its ladder (the policy changed since it failed) keeps the action it was due: the gate passes or
+    holds it and never re-plans it into a quarantine."""
+    beyond = node("b", action=Action.REPLACE, attempts=5)
+    ctx = groups(max_attempts=1)
+    assert gate([beyond], ctx=ctx).acts[Action.REPLACE] == [beyond]
+    breaker = SafetyState(cluster="c", breaker={"at": NOW, "reason": "bad AMI"})
+    ((held, decision),) = gate([beyond], ctx=ctx, safety=breaker).changes
+    assert held.state == NodeState.RECOVERY_DUE and held.action == Action.REPLACE and held.held_by == HOLD_BREAKER
+    assert decision.reason == "replace held: breaker open: bad AMI"
+
+
+def test_a_node_with_nothing_left_to_request_gets_due_actions_answer_even_under_an_open_breaker():
+    out_of_steps = node("q", action=Action.AWAIT_HYPERPOD, attempts=2)
+    ctx = groups(max_attempts=2)
+    breaker = SafetyState(cluster="c", breaker={"at": NOW, "reason": "x"})
+    plan = gate([out_of_steps], ctx=ctx, safety=breaker)
+    assert plan.changes == [due_action(out_of_steps, ctx["g"].policy, NOW, "c-r000001")]
+    assert plan.changes[0][0].state == NodeState.QUARANTINED and not any(plan.acts.values())
+
+
+def test_a_node_not_due_yet_is_left_to_its_due_time():
+    later = node("l", action=Action.REBOOT, not_before=NOW + 60, action_retries=3)
+    plan = gate([later])
+    assert plan.changes == [] and not any(plan.acts.values())

@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from deephealth.domain.errors import Throttled, TransientError
 
+# boto3 and botocore ship no type information, and boto3-stubs is not a dependency: to mypy they are untyped on
+# purpose. Each of their modules is imported in one place below, so the rest of the controller sees clients,
+# tables, conditions and botocore's exceptions as `Any` (the adapters hold them as `Any` deliberately).
 if TYPE_CHECKING:
     from botocore.exceptions import BotoCoreError, ClientError
 
@@ -44,27 +47,46 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-@functools.cache
-def _config() -> Any:
+def _boto3() -> Any:
+    import boto3
+
+    return boto3
+
+
+def _botocore_exceptions() -> Any:
+    from botocore import exceptions
+
+    return exceptions
+
+
+def _botocore_config(**options: Any) -> Any:
     from botocore.config import Config
 
+    return Config(**options)
+
+
+def conditions() -> Any:
+    """boto3's DynamoDB conditions module (``Key``, ``Attr``), imported on first use."""
+    from boto3.dynamodb import conditions
+
+    return conditions
+
+
+@functools.cache
+def _config() -> Any:
     # Standard retries with jitter for throttling and 5xx; anything left over surfaces as Throttled /
     # TransientError and the workflow's Retry takes over with longer back-off.
-    return Config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=5, read_timeout=30)
+    return _botocore_config(retries={"mode": "standard", "max_attempts": 3}, connect_timeout=5, read_timeout=30)
 
 
 @functools.cache
 def client(service: str) -> Any:
-    import boto3
-
-    return boto3.client(service, config=_config())
+    return _boto3().client(service, config=_config())
 
 
 @functools.cache
 def table(name: str) -> Any:
-    import boto3
-
-    return boto3.resource("dynamodb", config=_config()).Table(name)
+    return _boto3().resource("dynamodb", config=_config()).Table(name)
 
 
 def client_without_retries(service: str) -> Any:
@@ -75,19 +97,15 @@ def client_without_retries(service: str) -> Any:
 
 @functools.cache
 def _single_shot(service: str) -> Any:
-    import boto3
-    from botocore.config import Config
-
     # total_max_attempts counts the first request (botocore's max_attempts counts only retries).
-    single = Config(retries={"mode": "standard", "total_max_attempts": 1})
-    return boto3.client(service, config=_config().merge(single))
+    single = _botocore_config(retries={"mode": "standard", "total_max_attempts": 1})
+    return _boto3().client(service, config=_config().merge(single))
 
 
 def transient(err: BaseException) -> Throttled | TransientError | None:
     """The workflow's name for an AWS error that a later attempt may not meet (what the ASL Retry matches):
     throttling -> Throttled, 5xx or a network failure -> TransientError; None for anything else."""
-    from botocore import exceptions
-
+    exceptions = _botocore_exceptions()
     if isinstance(err, exceptions.ClientError):
         code = err.response.get("Error", {}).get("Code", "")
         message = err.response.get("Error", {}).get("Message", "")
@@ -141,8 +159,6 @@ def reset() -> None:
 def __getattr__(name: str) -> Any:
     """``ClientError`` and ``BotoCoreError`` from botocore.exceptions, imported on first access (PEP 562)."""
     if name in _EXCEPTIONS:
-        from botocore import exceptions
-
-        value = globals()[name] = getattr(exceptions, name)  # later lookups do not come back here
+        value = globals()[name] = getattr(_botocore_exceptions(), name)  # later lookups do not come back here
         return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,16 +6,13 @@ import datetime as dt
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
 from deephealth.adapters import aws
 from deephealth.domain.errors import ClusterBusy, ClusterNotFound, Throttled, TransientError
 from deephealth.domain.nodes import Action, NodeSnapshot
-from deephealth.domain.rounds import MAX_NODES_PER_ACTION_CALL, ListingWindow, chunks
+from deephealth.domain.rounds import MAX_NODES_PER_ACTION_CALL, CheckConfiguration, ListingWindow, chunks
 from deephealth.observability import MetricUnit, metrics
-
-if TYPE_CHECKING:
-    from botocore.exceptions import BotoCoreError, ClientError
 
 NOT_FOUND_CODES = frozenset({"ResourceNotFound", "ResourceNotFoundException"})
 # The error for a second active check is undocumented: treat a conflict/validation error that says so as busy.
@@ -63,7 +60,7 @@ class ActionOutcome:
 THROTTLED_ATTEMPTS = 3  # a throttled action call was not carried out, so it may be sent again at once
 
 
-def _raise_mapped(err: ClientError | BotoCoreError, busy_ok: bool = False) -> NoReturn:
+def _raise_mapped(err: aws.ClientError | aws.BotoCoreError, busy_ok: bool = False) -> NoReturn:
     if isinstance(err, aws.ClientError):
         code = err.response.get("Error", {}).get("Code", "")
         message = err.response.get("Error", {}).get("Message", "")
@@ -153,7 +150,7 @@ class HyperPod:
             _raise_mapped(err)
         return _snapshot(d)
 
-    def start_health_check(self, cluster: str, configurations: list[dict]) -> None:
+    def start_health_check(self, cluster: str, configurations: list[CheckConfiguration]) -> None:
         """Sent once, like reboots and replacements: a request HyperPod accepted but answered with a 5xx, sent
         again, would be a second request while the first check runs. Throttling (not carried out) is sent again,
         up to THROTTLED_ATTEMPTS times; a 5xx surfaces as TransientError, for the caller to treat as unknown."""
@@ -220,7 +217,7 @@ class HyperPod:
         ]
 
 
-def _snapshot(s: dict) -> NodeSnapshot:
+def _snapshot(s: dict[str, Any]) -> NodeSnapshot:
     launched = s.get("LaunchTime")
     return NodeSnapshot(
         group=s["InstanceGroupName"],

@@ -32,16 +32,12 @@ BATCH_GET_ATTEMPTS = 5
 
 def Key(name: str) -> Any:
     """boto3's ``Key`` condition, imported on first use (it imports boto3, which the first call needs anyway)."""
-    from boto3.dynamodb.conditions import Key
-
-    return Key(name)
+    return aws.conditions().Key(name)
 
 
 def Attr(name: str) -> Any:
     """boto3's ``Attr`` condition, imported on first use."""
-    from boto3.dynamodb.conditions import Attr
-
-    return Attr(name)
+    return aws.conditions().Attr(name)
 
 
 def cluster_pk(cluster: str) -> str:
@@ -236,5 +232,5 @@ def _seq_is(seq: int) -> Any:
     return Attr("seq").eq(seq) if seq else (Attr("seq").not_exists() | Attr("seq").eq(0))
 
 
-def _record(item: dict) -> NodeRecord:
+def _record(item: dict[str, Any]) -> NodeRecord:
     return NodeRecord.model_validate_json(item["doc"])

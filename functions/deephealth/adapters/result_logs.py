@@ -45,7 +45,7 @@ class ResultLogs:
         return found
 
 
-def _error_line(event: dict) -> tuple[str, str] | None:
+def _error_line(event: dict[str, Any]) -> tuple[str, str] | None:
     """(instance id, message) for an error line; the filter pattern is re-checked here on purpose."""
     stream = event.get("logStreamName", "")
     if not stream.startswith(STREAM_PREFIX):

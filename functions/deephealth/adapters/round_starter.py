@@ -58,7 +58,8 @@ class RoundStarter:
     def _running(self, name: str) -> bool:
         execution_arn = self._arn.replace(":stateMachine:", ":execution:") + ":" + name
         try:
-            return self.sfn.describe_execution(executionArn=execution_arn)["status"] == "RUNNING"
+            status: str = self.sfn.describe_execution(executionArn=execution_arn)["status"]
+            return status == "RUNNING"
         except aws.ClientError as err:
             if err.response["Error"]["Code"] == "ExecutionDoesNotExist":
                 return False

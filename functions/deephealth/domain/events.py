@@ -209,9 +209,11 @@ def foreign_origin(
     if own_region and region != own_region:
         return f"envelope region {region[:30]!r} is not this region"
     for arn in arns:
-        parts = arn.split(":", 5) if isinstance(arn, str) and arn.startswith("arn:") else []
-        if len(parts) < 6:
+        if not isinstance(arn, str) or not arn.startswith("arn:"):
             continue  # not an ARN: nothing to compare (ClusterArn itself is validated by the models)
+        parts = arn.split(":", 5)
+        if len(parts) < 6:
+            continue  # too few fields for an ARN
         arn_region, arn_account = parts[3], parts[4]
         if own_account and arn_account and arn_account != own_account:
             return f"{arn[:200]!r} names another account"

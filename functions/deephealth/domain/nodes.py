@@ -216,6 +216,35 @@ def transition(
     return updated, decision
 
 
+def instance_replaced(record: NodeRecord, snapshot: NodeSnapshot) -> bool:
+    """The node is listed with another instance than the record's: the logical id got new hardware."""
+    return bool(snapshot.instance_id and record.instance_id and snapshot.instance_id != record.instance_id)
+
+
+def recheck(
+    record: NodeRecord, snapshot: NodeSnapshot, now: float, reason: str, trigger: str | None, **changes: object
+) -> tuple[NodeRecord, Decision]:
+    """Back to `pending` for a fresh check of the instance `snapshot` shows (ready now if it is Running); what
+    the last check, round or recovery left on the record is cleared."""
+    return transition(
+        record,
+        now,
+        NodeState.PENDING,
+        reason,
+        trigger,
+        instance_id=snapshot.instance_id or record.instance_id,
+        instance_ids=with_instance(record.instance_ids, snapshot.instance_id),
+        ready_at=now if snapshot.status == RUNNING else None,
+        round_id=None,
+        seen_in_progress=False,
+        check_started_at=None,
+        seen_down=False,
+        observe_only=False,
+        held_by=None,
+        **changes,
+    )
+
+
 def with_instance(ids: list[str], new: str | None) -> list[str]:
     """Instance-id history with `new` appended once (the lemon trail across replacements)."""
     return [*ids, new] if new and new not in ids else ids

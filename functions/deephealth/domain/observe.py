@@ -11,36 +11,30 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from deephealth.domain.nodes import (
-    BEING_RECOVERED_STATUSES,
     FAILURE_STATUSES,
-    FINAL_STATES,
     IN_PROGRESS,
     RUNNING,
-    Action,
     Decision,
     NodeRecord,
     NodeSnapshot,
     NodeState,
     Verdict,
+    instance_replaced,
+    recheck,
     round_seq_of,
     transition,
-    with_action,
     with_instance,
 )
-from deephealth.domain.policy import GroupContext
-from deephealth.domain.recovery import MAX_ACTION_RETRIES, apply_verdict
+from deephealth.domain.policy import GroupContext, NodeRecovery
+from deephealth.domain.recovery import apply_verdict, observe_recovering, observe_recovery_due
 from deephealth.domain.verdicts import judge_check
-
-# A reboot counts as done once the node was seen down and is Running again, or after this long Running.
-REBOOT_SETTLE_S = 15 * 60
-# An action we requested that shows no effect for this long is retried.
-ACTION_TIMEOUT_S = 90 * 60
 
 
 @dataclass(frozen=True)
 class Observation:
     now: float
-    node_recovery: str  # the cluster's NodeRecovery: "Automatic" | "None"
+    # The cluster's, as DescribeCluster says it: a value this code does not know passes through (acts as "None").
+    node_recovery: NodeRecovery | str
     trigger: str  # event id, round id or "reconcile", for the audit trail
     # Error lines per instance id from the result logs; None when the caller did not query them, in which
     # case nodes that left the check keep waiting for a pass that can read them.
@@ -75,161 +69,113 @@ def new_record(cluster: str, snapshot: NodeSnapshot, now: float, cluster_id: str
 def observe(
     cluster: str, record: NodeRecord | None, snapshot: NodeSnapshot | None, obs: Observation
 ) -> tuple[NodeRecord, Decision] | None:
-    """The record's next value given the node's current snapshot (None: not listed), or None if unchanged."""
-    group = (snapshot.group if snapshot else record.group) if (snapshot or record) else ""
+    """The record's next value given the node's current snapshot (None: not listed), or None if unchanged.
+
+    One function per state: first sight, not listed, pending, checking, the recovery states (recovery.py, which
+    owns the ladder) and the final states.
+    """
+    group = snapshot.group if snapshot else record.group if record else ""
     ctx = obs.groups.get(group)
-    if record is None:
-        if snapshot is None or ctx is None or not ctx.watched:
-            return None
-        return _first_sight(new_record(cluster, snapshot, obs.now, obs.cluster_id), snapshot, ctx, obs)
     if ctx is None or not ctx.watched:
         return None
+    if record is None:
+        if snapshot is None:
+            return None
+        return _first_sight(new_record(cluster, snapshot, obs.now, obs.cluster_id), snapshot, ctx, obs)
     if snapshot is None:
-        if record.state == NodeState.GONE:
-            return None
-        if record.state == NodeState.CHECKING and obs.may_judge:
-            return apply_verdict(
-                record, *_judged(record, None, obs, ctx), ctx.policy, obs.node_recovery, obs.now, obs.trigger
-            )
-        return transition(record, obs.now, NodeState.GONE, "no longer listed by HyperPod", obs.trigger, round_id=None)
+        return _unlisted(record, ctx, obs)
     record = _refresh(record, snapshot, obs.now)
-    replaced = bool(snapshot.instance_id and record.instance_id and snapshot.instance_id != record.instance_id)
     state = record.state
-
-    if state == NodeState.CHECKING:
-        if not record.observe_only and record.check_started_at is None and not replaced:
-            # Claimed, but its check was never recorded as started: nothing it shows is evidence about a check.
-            if obs.orphaned(record):
-                return transition(
-                    record,
-                    obs.now,
-                    NodeState.PENDING,
-                    f"round {record.round_id} ended before the check started; back in the queue",
-                    obs.trigger,
-                    round_id=None,
-                    seen_in_progress=False,
-                    ready_at=record.ready_at or (obs.now if snapshot.status == RUNNING else None),
-                )
-            return None
-        if snapshot.status == IN_PROGRESS and not record.seen_in_progress:
-            return transition(record, obs.now, state, f"seen in {IN_PROGRESS}", obs.trigger, seen_in_progress=True)
-        if not obs.may_judge:
-            return None
-        if snapshot.status != IN_PROGRESS and not replaced and obs.log_errors is None:
-            return None  # left the check: judge only with the result logs in hand
-        judged = _judged(record, snapshot, obs, ctx)
-        if judged is None:
-            return None
-        return apply_verdict(
-            record,
-            *judged,
-            ctx.policy,
-            obs.node_recovery,
-            obs.now,
-            obs.trigger,
-            new_instance_id=snapshot.instance_id,
-        )
-
     if state == NodeState.PENDING:
-        if replaced:
-            return _recheck(record, snapshot, obs, "instance replaced while waiting for a round")
-        if snapshot.status in FAILURE_STATUSES:
-            return _failed_outside_a_check(record, ctx, obs, f"status {snapshot.status} while waiting for a check")
-        if snapshot.status == IN_PROGRESS and ctx.observe_only:
-            return _start_observing(record, obs)
-        if snapshot.status == RUNNING and record.ready_at is None:
-            return transition(record, obs.now, state, "ready (Running)", obs.trigger, ready_at=obs.now)
-        return None
-
+        return _pending(record, snapshot, ctx, obs)
+    if state == NodeState.CHECKING:
+        return _checking(record, snapshot, ctx, obs)
     if state == NodeState.RECOVERY_DUE:
-        if replaced:
-            return _recheck(
-                record,
-                snapshot,
-                obs,
-                "HyperPod replaced the instance",
-                attempts=record.attempts + 1,
-                actions=with_action(record.actions, obs.now, Action.REPLACE, "hyperpod", record.instance_id),
-                action=Action.HYPERPOD,
-                action_at=obs.now,
-            )
-        if snapshot.status in BEING_RECOVERED_STATUSES:
-            # Never fight HyperPod: whoever took the node down (HyperPod's recovery, an operator) owns this action.
-            return transition(
-                record,
-                obs.now,
-                NodeState.RECOVERING,
-                f"HyperPod is recovering the node (status {snapshot.status})",
-                obs.trigger,
-                action=Action.HYPERPOD,
-                action_at=obs.now,
-                attempts=record.attempts + 1,
-                actions=with_action(record.actions, obs.now, Action.HYPERPOD, "hyperpod", record.instance_id),
-                seen_down=True,
-                not_before=None,
-                held_by=None,
-            )
-        return None
-
+        return observe_recovery_due(record, snapshot, obs.now, obs.trigger)
     if state == NodeState.RECOVERING:
-        if replaced:
-            return _recheck(record, snapshot, obs, f"replacement done (new instance {snapshot.instance_id})")
-        if snapshot.status != RUNNING:
-            if record.seen_down:
-                return None
-            return transition(
-                record,
-                obs.now,
-                state,
-                f"seen {snapshot.status} during {record.action}",
-                obs.trigger,
-                seen_down=True,
-            )
-        since = obs.now - (record.action_at or obs.now)
-        if record.action in (Action.REBOOT, Action.HYPERPOD) and (record.seen_down or since >= REBOOT_SETTLE_S):
-            return _recheck(record, snapshot, obs, f"{record.action} done: Running again")
-        if since >= ACTION_TIMEOUT_S:
-            retries = record.action_retries + 1
-            if retries > MAX_ACTION_RETRIES:
-                return transition(
-                    record,
-                    obs.now,
-                    NodeState.INCONCLUSIVE,
-                    f"{record.action} showed no effect {retries} times: needs an operator",
-                    obs.trigger,
-                    action_retries=retries,
-                )
-            return transition(
-                record,
-                obs.now,
-                NodeState.RECOVERY_DUE,
-                f"{record.action} showed no effect after {int(since)} s; retry",
-                obs.trigger,
-                not_before=obs.now,
-                action_retries=retries,
-            )
-        return None
+        return observe_recovering(record, snapshot, obs.now, obs.trigger)
+    return _final(record, snapshot, ctx, obs)
 
-    if state in FINAL_STATES:
-        if state == NodeState.PASSED and not replaced and snapshot.status in FAILURE_STATUSES:
-            return _failed_outside_a_check(record, ctx, obs, f"status {snapshot.status} after passing its check")
-        if state == NodeState.GONE:
-            return _recheck(record, snapshot, obs, "listed again after being gone")
-        if state == NodeState.SHADOWED and not ctx.policy.dry_run and not ctx.observe_only:
-            return _recheck(record, snapshot, obs, "dry-run ended for the group: check it for real")
-        if replaced:
-            if state == NodeState.QUARANTINED:
-                return transition(
-                    record,
-                    obs.now,
-                    state,
-                    "quarantined node got a new instance; still quarantined",
-                    obs.trigger,
-                    instance_id=snapshot.instance_id,
-                    instance_ids=with_instance(record.instance_ids, snapshot.instance_id),
-                )
-            return _recheck(record, snapshot, obs, "new instance under the same logical id: check it")
+
+def _unlisted(record: NodeRecord, ctx: GroupContext, obs: Observation) -> tuple[NodeRecord, Decision] | None:
+    """A known node the listing no longer shows: gone (a node in its check gets the check's verdict)."""
+    if record.state == NodeState.GONE:
+        return None
+    if record.state == NodeState.CHECKING and obs.may_judge:
+        return _verdict(record, None, ctx, obs)
+    return transition(record, obs.now, NodeState.GONE, "no longer listed by HyperPod", obs.trigger, round_id=None)
+
+
+def _pending(
+    record: NodeRecord, snapshot: NodeSnapshot, ctx: GroupContext, obs: Observation
+) -> tuple[NodeRecord, Decision] | None:
+    if instance_replaced(record, snapshot):
+        return recheck(record, snapshot, obs.now, "instance replaced while waiting for a round", obs.trigger)
+    if snapshot.status in FAILURE_STATUSES:
+        return _failed_outside_a_check(record, ctx, obs, f"status {snapshot.status} while waiting for a check")
+    if snapshot.status == IN_PROGRESS and ctx.observe_only:
+        return _start_observing(record, obs)
+    if snapshot.status == RUNNING and record.ready_at is None:
+        return transition(record, obs.now, record.state, "ready (Running)", obs.trigger, ready_at=obs.now)
     return None
+
+
+def _checking(
+    record: NodeRecord, snapshot: NodeSnapshot, ctx: GroupContext, obs: Observation
+) -> tuple[NodeRecord, Decision] | None:
+    replaced = instance_replaced(record, snapshot)
+    if not record.observe_only and record.check_started_at is None and not replaced:
+        # Claimed, but its check was never recorded as started: nothing it shows is evidence about a check.
+        return _handed_back(record, snapshot, obs) if obs.orphaned(record) else None
+    if snapshot.status == IN_PROGRESS and not record.seen_in_progress:
+        return transition(record, obs.now, record.state, f"seen in {IN_PROGRESS}", obs.trigger, seen_in_progress=True)
+    if not obs.may_judge:
+        return None
+    if snapshot.status != IN_PROGRESS and not replaced and obs.log_errors is None:
+        return None  # left the check: judge only with the result logs in hand
+    return _verdict(record, snapshot, ctx, obs)
+
+
+def _handed_back(record: NodeRecord, snapshot: NodeSnapshot, obs: Observation) -> tuple[NodeRecord, Decision]:
+    """A node claimed by a round that ended before its check started: back in the queue."""
+    return transition(
+        record,
+        obs.now,
+        NodeState.PENDING,
+        f"round {record.round_id} ended before the check started; back in the queue",
+        obs.trigger,
+        round_id=None,
+        seen_in_progress=False,
+        ready_at=record.ready_at or (obs.now if snapshot.status == RUNNING else None),
+    )
+
+
+def _final(
+    record: NodeRecord, snapshot: NodeSnapshot, ctx: GroupContext, obs: Observation
+) -> tuple[NodeRecord, Decision] | None:
+    """A node in a final state that is listed: failed since it passed, back after being gone, out of dry-run, or
+    a new instance under its logical id."""
+    state = record.state
+    replaced = instance_replaced(record, snapshot)
+    if state == NodeState.PASSED and not replaced and snapshot.status in FAILURE_STATUSES:
+        return _failed_outside_a_check(record, ctx, obs, f"status {snapshot.status} after passing its check")
+    if state == NodeState.GONE:
+        return recheck(record, snapshot, obs.now, "listed again after being gone", obs.trigger)
+    if state == NodeState.SHADOWED and not ctx.policy.dry_run and not ctx.observe_only:
+        return recheck(record, snapshot, obs.now, "dry-run ended for the group: check it for real", obs.trigger)
+    if not replaced:
+        return None
+    if state == NodeState.QUARANTINED:
+        return transition(
+            record,
+            obs.now,
+            state,
+            "quarantined node got a new instance; still quarantined",
+            obs.trigger,
+            instance_id=snapshot.instance_id,
+            instance_ids=with_instance(record.instance_ids, snapshot.instance_id),
+        )
+    return recheck(record, snapshot, obs.now, "new instance under the same logical id: check it", obs.trigger)
 
 
 def mark_unhealthy(
@@ -303,31 +249,23 @@ def _start_observing(record: NodeRecord, obs: Observation, seen: bool = True) ->
     )
 
 
-def _judged(record: NodeRecord, snapshot: NodeSnapshot | None, obs: Observation, ctx: GroupContext):
+def _verdict(
+    record: NodeRecord, snapshot: NodeSnapshot | None, ctx: GroupContext, obs: Observation
+) -> tuple[NodeRecord, Decision] | None:
+    """The check's verdict on a node in it (None: no verdict yet), and the node's next state after it."""
     error = (obs.log_errors or {}).get(record.instance_id or "")
     judgement = judge_check(record, snapshot, error, obs.now, ctx.policy.check_timeout_s)
-    return None if judgement is None else (judgement.verdict, judgement.evidence)
-
-
-def _recheck(
-    record: NodeRecord, snapshot: NodeSnapshot, obs: Observation, reason: str, **changes: object
-) -> tuple[NodeRecord, Decision]:
-    return transition(
+    if judgement is None:
+        return None
+    return apply_verdict(
         record,
+        judgement.verdict,
+        judgement.evidence,
+        ctx.policy,
+        obs.node_recovery,
         obs.now,
-        NodeState.PENDING,
-        reason,
         obs.trigger,
-        instance_id=snapshot.instance_id or record.instance_id,
-        instance_ids=with_instance(record.instance_ids, snapshot.instance_id),
-        ready_at=obs.now if snapshot.status == RUNNING else None,
-        round_id=None,
-        seen_in_progress=False,
-        check_started_at=None,
-        seen_down=False,
-        observe_only=False,
-        held_by=None,
-        **changes,
+        new_instance_id=snapshot.instance_id if snapshot else None,
     )
 
 

@@ -69,7 +69,7 @@ def find(records: dict[str, NodeRecord], ref: str) -> NodeRecord | None:
     return records.get(ref) or next((r for r in records.values() if r.instance_id == ref), None)
 
 
-def request_checks(
+def queue_checks(
     records: dict[str, NodeRecord],
     groups: dict[str, GroupContext],
     *,

@@ -31,6 +31,13 @@ class Recovery(StrEnum):
     NONE = "none"  # record the verdict, never act
 
 
+class NodeRecovery(StrEnum):
+    """The cluster's own NodeRecovery setting (DescribeCluster), not ours: does HyperPod act on failed nodes?"""
+
+    AUTOMATIC = "Automatic"  # HyperPod reboots or replaces a node that fails; the controller waits its grace first
+    NONE = "None"  # HyperPod leaves failed nodes alone; the controller's ladder acts at once
+
+
 CheckType = Literal["InstanceStress", "InstanceConnectivity", "MultiNodeTrainingValidation"]
 
 

@@ -1,7 +1,15 @@
-"""From a verdict to the node's next state, and the recovery ladder.
+"""From a verdict to the node's next state, and the recovery ladder: planned, due, requested and observed.
 
 Never fight HyperPod: with `NodeRecovery=Automatic` HyperPod reboots or replaces a node that fails a
 check itself, so the controller first waits `recovery_grace_s` and only acts if nothing happened.
+
+A failed node's path, all of it here:
+- `apply_verdict` -> `plan_recovery`: record only, wait for HyperPod, our next ladder step, or quarantine;
+- `observe_recovery_due`: HyperPod acting on the node first owns the recovery;
+- `due_action`: the action to request once due (or, with none left on the ladder, the node's settled state);
+  `safety.gate_recovery` only decides whether it may be requested now;
+- `action_started` / `action_refused` / `action_unconfirmed`: what the request did;
+- `observe_recovering`: down and back, a new instance, or no effect (then `give_up_or_retry`).
 """
 
 from __future__ import annotations
@@ -9,22 +17,33 @@ from __future__ import annotations
 import itertools
 
 from deephealth.domain.nodes import (
+    BEING_RECOVERED_STATUSES,
+    RUNNING,
     Action,
+    ActionEntry,
     Decision,
     NodeRecord,
+    NodeSnapshot,
     NodeState,
     Outcome,
     Verdict,
+    instance_replaced,
+    recheck,
     transition,
     with_action,
     with_instance,
     with_outcome,
 )
-from deephealth.domain.policy import GroupPolicy, Lemon, Recovery
+from deephealth.domain.policy import GroupPolicy, Lemon, NodeRecovery, Recovery
 
 # Back-off before retrying an action HyperPod refused for the node's current state (InstanceIdInUse, ...).
 ACTION_RETRY_BASE_S = 300
+# Retries of an action that was refused or showed no effect; one more and the node needs an operator.
 MAX_ACTION_RETRIES = 5
+# A reboot counts as done once the node was seen down and is Running again, or after this long Running.
+REBOOT_SETTLE_S = 15 * 60
+# An action we requested that shows no effect for this long is retried.
+ACTION_TIMEOUT_S = 90 * 60
 
 
 # Verdicts that say the hardware failed: our check's failure, or HyperPod replacing it during the check.
@@ -67,13 +86,13 @@ def apply_verdict(
     verdict: Verdict,
     evidence: tuple[str, ...],
     policy: GroupPolicy,
-    node_recovery: str,
+    node_recovery: NodeRecovery | str,
     now: float,
     trigger: str | None,
     new_instance_id: str | None = None,
 ) -> tuple[NodeRecord, Decision]:
     outcomes = with_outcome(record.outcomes, now, verdict, record.instance_id)
-    base = {
+    base: dict[str, object] = {
         "verdict": verdict,
         "verdict_at": now,
         "verdict_instance_id": record.instance_id,
@@ -144,11 +163,17 @@ def apply_verdict(
 
 
 def plan_recovery(
-    record: NodeRecord, policy: GroupPolicy, node_recovery: str, now: float, trigger: str | None, **verdict: object
+    record: NodeRecord,
+    policy: GroupPolicy,
+    node_recovery: NodeRecovery | str,
+    now: float,
+    trigger: str | None,
+    **verdict: object,
 ) -> tuple[NodeRecord, Decision]:
     """A failed node: record only, wait for HyperPod, schedule our next ladder step, or quarantine.
 
     `verdict` carries the verdict fields when this follows a check, so the audit decision names them.
+    `node_recovery` is the cluster's: under `Automatic` HyperPod gets `recovery_grace_s` to act first.
     """
     if policy.recovery == Recovery.NONE:
         return transition(record, now, NodeState.FAILED, "check failed; recovery policy is none", trigger, **verdict)
@@ -165,9 +190,10 @@ def plan_recovery(
             **verdict,
         )
     if policy.dry_run:
-        plan = f"give HyperPod {policy.recovery_grace_s} s, then {step.value}" if node_recovery == "Automatic" else step
+        automatic = node_recovery == NodeRecovery.AUTOMATIC
+        plan = f"give HyperPod {policy.recovery_grace_s} s, then {step.value}" if automatic else step
         return transition(record, now, NodeState.SHADOWED, f"dry-run: check failed; would {plan}", trigger, **verdict)
-    if node_recovery == "Automatic":
+    if node_recovery == NodeRecovery.AUTOMATIC:
         return transition(
             record,
             now,
@@ -192,14 +218,122 @@ def plan_recovery(
     )
 
 
-def due_action(record: NodeRecord, policy: GroupPolicy, now: float) -> Action | None:
-    """The action to call now for a `recovery_due` node, or None if it is not due yet."""
+def due_action(
+    record: NodeRecord, policy: GroupPolicy, now: float, trigger: str | None = None
+) -> Action | tuple[NodeRecord, Decision] | None:
+    """What a `recovery_due` node's recovery is at `now`: the action to request (reboot or replace), the node's
+    next state when there is no action to request, or None if it is not due yet.
+
+    With no action left (HyperPod's grace expired on a node that is out of ladder steps, or none recorded) the
+    failure is planned again as under `NodeRecovery=None`, since HyperPod had its chance: quarantine, or
+    record only under recovery "none".
+    """
     if record.state != NodeState.RECOVERY_DUE or (record.not_before or 0) > now:
         return None
-    if record.action == Action.AWAIT_HYPERPOD:
+    action = record.action
+    if action == Action.AWAIT_HYPERPOD:
         # Grace expired and HyperPod did nothing we could see: fall back to our own ladder.
-        return ladder_step(policy, attempts_counted(record, policy, now))
-    return record.action
+        action = ladder_step(policy, attempts_counted(record, policy, now))
+    if action is None:
+        return plan_recovery(record, policy, NodeRecovery.NONE, now, trigger)
+    return action
+
+
+def observe_recovery_due(
+    record: NodeRecord, snapshot: NodeSnapshot, now: float, trigger: str | None
+) -> tuple[NodeRecord, Decision] | None:
+    """A `recovery_due` node as listed now: whoever acts on it first (HyperPod's recovery, an operator) owns
+    the recovery, so a new instance is checked and a node going down is followed, never acted on again."""
+    if instance_replaced(record, snapshot):
+        return recheck(
+            record,
+            snapshot,
+            now,
+            "HyperPod replaced the instance",
+            trigger,
+            attempts=record.attempts + 1,
+            actions=with_action(record.actions, now, Action.REPLACE, "hyperpod", record.instance_id),
+            action=Action.HYPERPOD,
+            action_at=now,
+        )
+    if snapshot.status in BEING_RECOVERED_STATUSES:
+        # Never fight HyperPod: whoever took the node down (HyperPod's recovery, an operator) owns this action.
+        return transition(
+            record,
+            now,
+            NodeState.RECOVERING,
+            f"HyperPod is recovering the node (status {snapshot.status})",
+            trigger,
+            action=Action.HYPERPOD,
+            action_at=now,
+            attempts=record.attempts + 1,
+            actions=with_action(record.actions, now, Action.HYPERPOD, "hyperpod", record.instance_id),
+            seen_down=True,
+            not_before=None,
+            held_by=None,
+        )
+    return None
+
+
+def observe_recovering(
+    record: NodeRecord, snapshot: NodeSnapshot, now: float, trigger: str | None
+) -> tuple[NodeRecord, Decision] | None:
+    """A `recovering` node as listed now: a new instance or a reboot that settled is checked again; an action
+    that showed no effect for ACTION_TIMEOUT_S is retried, a bounded number of times."""
+    if instance_replaced(record, snapshot):
+        return recheck(record, snapshot, now, f"replacement done (new instance {snapshot.instance_id})", trigger)
+    if snapshot.status != RUNNING:
+        if record.seen_down:
+            return None
+        return transition(
+            record, now, record.state, f"seen {snapshot.status} during {record.action}", trigger, seen_down=True
+        )
+    since = now - (record.action_at or now)
+    if record.action in (Action.REBOOT, Action.HYPERPOD) and (record.seen_down or since >= REBOOT_SETTLE_S):
+        return recheck(record, snapshot, now, f"{record.action} done: Running again", trigger)
+    if since >= ACTION_TIMEOUT_S:
+        return give_up_or_retry(
+            record, now, trigger, f"{record.action} showed no effect", cause=f" after {int(since)} s"
+        )
+    return None
+
+
+def give_up_or_retry(
+    record: NodeRecord,
+    now: float,
+    trigger: str | None,
+    failure: str,
+    *,
+    cause: str = "",
+    detail: str = "",
+    backoff: bool = False,
+    retry: Action | None = None,
+    **changes: object,
+) -> tuple[NodeRecord, Decision]:
+    """An action failed (`failure`, e.g. "reboot refused"): due again, or, once it was retried
+    MAX_ACTION_RETRIES times, `inconclusive` (an operator decides; no automated action goes on forever).
+
+    `cause` ends the retry's reason and `detail` the give-up's; with `backoff` the retry waits
+    ACTION_RETRY_BASE_S doubled per retry, else it is due at once; `retry` is the action the retry requests
+    (None: the recorded one); `changes` apply either way.
+    """
+    retries = record.action_retries + 1
+    if retries > MAX_ACTION_RETRIES:
+        reason = f"{failure} {retries} times{detail}: needs an operator"
+        return transition(record, now, NodeState.INCONCLUSIVE, reason, trigger, action_retries=retries, **changes)
+    delay = ACTION_RETRY_BASE_S * 2 ** (retries - 1) if backoff else 0
+    again = {} if retry is None else {"action": retry}
+    return transition(
+        record,
+        now,
+        NodeState.RECOVERY_DUE,
+        f"{failure}{cause}; retry" + (f" in {delay} s" if backoff else ""),
+        trigger,
+        **again,
+        not_before=now + delay,
+        action_retries=retries,
+        **changes,
+    )
 
 
 def action_started(record: NodeRecord, action: Action, now: float, trigger: str | None) -> tuple[NodeRecord, Decision]:
@@ -226,30 +360,21 @@ def action_refused(
 
     The refused action did not happen, so it is taken back from the attempts and the budget trail.
     """
-    undone = {"attempts": max(0, record.attempts - 1), "actions": _without_last(record.actions, action)}
+    undone: dict[str, object] = {
+        "attempts": max(0, record.attempts - 1),
+        "actions": _without_last(record.actions, action),
+    }
     if code == "InstanceIdNotFound":
         return transition(record, now, NodeState.GONE, f"{action.value} refused: {code}", trigger, **undone)
-    retries = record.action_retries + 1
-    if retries > MAX_ACTION_RETRIES:
-        return transition(
-            record,
-            now,
-            NodeState.INCONCLUSIVE,
-            f"{action.value} refused {retries} times ({code}: {message[:200]}): needs an operator",
-            trigger,
-            action_retries=retries,
-            **undone,
-        )
-    delay = ACTION_RETRY_BASE_S * 2 ** (retries - 1)
-    return transition(
+    return give_up_or_retry(
         record,
         now,
-        NodeState.RECOVERY_DUE,
-        f"{action.value} refused ({code}); retry in {delay} s",
         trigger,
-        action=action,
-        not_before=now + delay,
-        action_retries=retries,
+        f"{action.value} refused",
+        cause=f" ({code})",
+        detail=f" ({code}: {message[:200]})",
+        backoff=True,
+        retry=action,
         **undone,
     )
 
@@ -269,7 +394,7 @@ def action_unconfirmed(
     )
 
 
-def _without_last(actions: list, action: Action) -> list:
+def _without_last(actions: list[ActionEntry], action: Action) -> list[ActionEntry]:
     """The trail without its last controller entry for `action` (the one a refusal takes back)."""
     for i in range(len(actions) - 1, -1, -1):
         if actions[i].actor == "controller" and actions[i].action == action:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable, Sequence
-from typing import TypeVar
+from typing import Any, Literal, TypedDict, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict
 
@@ -33,6 +33,10 @@ LEASE_TTL_S = 6 * 3600  # renewed on every step; a dead round's lease frees itse
 # observed this often, as Reconcile does when no round is live (it leaves a live round's cluster to the polls).
 FULL_OBSERVE_S = 300
 
+# The check round's steps in workflow order: each is one Lambda (its construct id), handler module and ASL Task.
+RoundStep = Literal["ClaimRound", "StartCheck", "PollCheck", "RecoverNodes", "FinishRound"]
+ROUND_STEPS: tuple[RoundStep, ...] = get_args(RoundStep)
+
 T = TypeVar("T")
 
 
@@ -47,13 +51,13 @@ class ListingWindow(BaseModel):
 def listing_window(snapshots: Iterable[NodeSnapshot]) -> ListingWindow | None:
     """The narrowest listing that holds these nodes; None when one has no launch time (list everything)."""
     snapshots = list(snapshots)
-    times = [s.launched_at for s in snapshots]
-    if not times or any(t is None for t in times):
+    times = [s.launched_at for s in snapshots if s.launched_at is not None]
+    if not times or len(times) < len(snapshots):
         return None
     groups = {s.group for s in snapshots}
     return ListingWindow(
-        launched_after=min(times),  # type: ignore[type-var]
-        launched_before=max(times),  # type: ignore[type-var]
+        launched_after=min(times),
+        launched_before=max(times),
         group=groups.pop() if len(groups) == 1 else None,
     )
 
@@ -76,7 +80,15 @@ class RoundState(BaseModel):
     window: ListingWindow | None = None  # where the members are listed; None: list the whole cluster
     observed_at: float | None = None  # the last time a step observed the whole cluster
     done: bool = False
-    error: dict | None = None  # set by the workflow's Catch before "Abandon round"
+    error: dict[str, Any] | None = None  # set by the workflow's Catch before "Abandon round"
+
+
+class CheckConfiguration(TypedDict):
+    """One entry of StartClusterHealthCheck's DeepHealthCheckConfigurations."""
+
+    InstanceGroupName: str
+    InstanceIds: list[str]
+    DeepHealthChecks: list[str]
 
 
 def round_name(cluster: str, seq: int) -> str:
@@ -137,7 +149,7 @@ def group_checks(checks: Sequence[str], nodes_in_group: int) -> list[str]:
     return kept or ["InstanceStress"]
 
 
-def build_check_request(claimed: list[NodeRecord], groups: dict[str, GroupContext]) -> list[dict]:
+def build_check_request(claimed: list[NodeRecord], groups: dict[str, GroupContext]) -> list[CheckConfiguration]:
     """DeepHealthCheckConfigurations for one StartClusterHealthCheck, chunked to the API limits.
 
     One configuration per (group, check types): the group's policy, or an operator's on-demand choice.
@@ -147,7 +159,7 @@ def build_check_request(claimed: list[NodeRecord], groups: dict[str, GroupContex
         if record.instance_id:
             checks = record.requested_checks or groups[record.group].policy.checks
             by_config.setdefault((record.group, tuple(checks)), []).append(record.instance_id)
-    configs = []
+    configs: list[CheckConfiguration] = []
     for (group, checks), ids in sorted(by_config.items()):
         kept = group_checks(checks, len(ids))
         configs += [
@@ -159,7 +171,7 @@ def build_check_request(claimed: list[NodeRecord], groups: dict[str, GroupContex
     return configs
 
 
-def expected_check_s(configs: list[dict]) -> int:
+def expected_check_s(configs: list[CheckConfiguration]) -> int:
     return max((sum(EXPECTED_CHECK_S[c] for c in cfg["DeepHealthChecks"]) for cfg in configs), default=0)
 
 

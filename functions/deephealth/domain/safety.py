@@ -20,12 +20,21 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple, TypedDict
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from deephealth.domain.nodes import ACTIONABLE_STATUSES, Action, Decision, NodeRecord, NodeState, Verdict, transition
-from deephealth.domain.policy import GROUP_NAME_PATTERN, BadCapacity, Breaker, Budget, ClusterPolicy, GroupContext
-from deephealth.domain.recovery import FAILING, due_action, plan_recovery
+from deephealth.domain.policy import (
+    GROUP_NAME_PATTERN,
+    BadCapacity,
+    Breaker,
+    Budget,
+    ClusterPolicy,
+    GroupContext,
+    GroupPolicy,
+)
+from deephealth.domain.recovery import FAILING, due_action
 from deephealth.domain.rounds import claimable
 
 HOLD_BREAKER = "breaker"
@@ -95,7 +104,7 @@ class Alert:
     kind: str
     group: str
     subject: str
-    detail: dict
+    detail: dict[str, Any]
 
 
 @dataclass
@@ -170,7 +179,14 @@ def replacements(records: Iterable[NodeRecord], since: float) -> list[float]:
     )
 
 
-def budget_use(records: list[NodeRecord], budget: Budget, now: float) -> dict:
+class BudgetUse(TypedDict):
+    used: int
+    limit: int
+    window_h: int
+    frees_at: float | None
+
+
+def budget_use(records: list[NodeRecord], budget: Budget, now: float) -> BudgetUse:
     """Used and allowed replacements of a budget over `records`, and when the oldest use leaves the window."""
     window_s = budget.window_h * 3600
     used = replacements(records, now - window_s)
@@ -282,6 +298,59 @@ def progress_possible(
 
 
 # -- recovery: the gate every reboot and replacement passes ---------------------------------------------------
+class _Hold(NamedTuple):
+    held_by: str  # HOLD_*
+    until: float | None  # when the node is looked at again; None: keep its due time (sticky holds: a reset)
+    why: str
+
+
+@dataclass
+class _Room:
+    """What the gate may still let through in one pass: replacements within the budgets, recoveries within each
+    group's out-of-service cap. Used up by each action it lets through."""
+
+    cluster_budget: BudgetUse
+    group_budgets: dict[str, BudgetUse]
+    busy: dict[str, int]  # nodes held out of service, per group
+    sizes: dict[str, int]  # nodes not gone, per group
+
+    @classmethod
+    def of(
+        cls,
+        everyone: list[NodeRecord],
+        by_group: dict[str, list[NodeRecord]],
+        groups: dict[str, GroupContext],
+        cluster_policy: ClusterPolicy,
+        now: float,
+    ) -> _Room:
+        return cls(
+            cluster_budget=budget_use(everyone, cluster_policy.replace_budget, now),
+            group_budgets={g: budget_use(by_group.get(g, []), groups[g].policy.replace_budget, now) for g in groups},
+            busy={g: out_of_service(by_group.get(g, [])) for g in groups},
+            sizes={g: sum(1 for m in members if m.state != NodeState.GONE) for g, members in by_group.items()},
+        )
+
+    def hold(self, r: NodeRecord, action: Action, policy: GroupPolicy, now: float) -> _Hold | None:
+        """The budget or cap that holds `action` on `r`, or None if there is room."""
+        if action == Action.REPLACE and (b := self.group_budgets[r.group])["used"] >= b["limit"]:
+            return _Hold(HOLD_GROUP_BUDGET, b["frees_at"], _budget_text("group " + r.group, b))
+        if action == Action.REPLACE and self.cluster_budget["used"] >= self.cluster_budget["limit"]:
+            cluster = self.cluster_budget
+            return _Hold(HOLD_CLUSTER_BUDGET, cluster["frees_at"], _budget_text("cluster", cluster))
+        size = self.sizes.get(r.group, 0)
+        if self.busy[r.group] >= out_of_service_cap(size, policy.max_out_of_service_pct):
+            cap = f"{policy.max_out_of_service_pct}% of {size}"
+            why = f"{self.busy[r.group]} nodes out of service ({cap})"
+            return _Hold(HOLD_OUT_OF_SERVICE, now + OUT_OF_SERVICE_RETRY_S, why)
+        return None
+
+    def take(self, r: NodeRecord, action: Action) -> None:
+        self.busy[r.group] += 1
+        if action == Action.REPLACE:
+            self.group_budgets[r.group]["used"] += 1
+            self.cluster_budget["used"] += 1
+
+
 def gate_recovery(
     due: list[NodeRecord],
     records: dict[str, NodeRecord],
@@ -291,12 +360,51 @@ def gate_recovery(
     now: float,
     trigger: str | None,
 ) -> RecoveryPlan:
+    """Which due recoveries may be requested now; the others are recorded as held, shadowed or refused.
+
+    What each node's recovery is (the action, or its settled state when the ladder has none) is
+    `recovery.due_action`'s to say; the gate only decides whether it may happen now.
+    """
     plan = RecoveryPlan()
     everyone = list(records.values())
     by_group: dict[str, list[NodeRecord]] = {}
     for r in everyone:
         by_group.setdefault(r.group, []).append(r)
+    state = _tripped(safety, everyone, by_group, {r.group for r in due}, groups, cluster_policy, now, trigger, plan)
+    room = _Room.of(everyone, by_group, groups, cluster_policy, now)
+    alerted: set[tuple[str, str]] = set()
+    for r in sorted(due, key=lambda r: (r.not_before or 0, r.key)):
+        policy = groups[r.group].policy
+        action = due_action(r, policy, now, trigger)
+        if action is None:
+            continue  # not due at `now`
+        if not isinstance(action, Action):
+            plan.changes.append(action)  # nothing to request: the ladder settled the node
+            continue
+        if _refused(r, action, policy, now, trigger, plan):
+            continue
+        hold = _safety_hold(r, action, state, now) or room.hold(r, action, policy, now)
+        if hold is None:
+            plan.acts[action].append(r)
+            room.take(r, action)
+            continue
+        _held(r, action, hold, now, trigger, plan, alerted)
+    return plan
 
+
+def _tripped(
+    safety: SafetyState,
+    everyone: list[NodeRecord],
+    by_group: dict[str, list[NodeRecord]],
+    due_groups: set[str],
+    groups: dict[str, GroupContext],
+    cluster_policy: ClusterPolicy,
+    now: float,
+    trigger: str | None,
+    plan: RecoveryPlan,
+) -> SafetyState:
+    """The safety state after tripping the cluster's breaker and the due groups' bad-capacity holds on the
+    evidence (each trip alerts once and is set on `plan.safety`)."""
     state = safety
     if state.breaker is None and (
         reason := breaker_reason(everyone, cluster_policy.breaker, now, state.breaker_reset_at)
@@ -305,7 +413,7 @@ def gate_recovery(
         plan.alerts.append(
             Alert("breaker-tripped", "", f"hyperpod-dhc: breaker open on {safety.cluster}", {"reason": reason})
         )
-    for group in sorted({r.group for r in due}):
+    for group in sorted(due_groups):
         ctx = groups[group]
         reset_at = state.capacity_reset_at.get(group, 0.0)
         if group not in state.capacity_holds and (
@@ -318,83 +426,74 @@ def gate_recovery(
             )
     if state is not safety:
         plan.safety = state
+    return state
 
-    cluster_budget = budget_use(everyone, cluster_policy.replace_budget, now)
-    group_budgets = {g: budget_use(by_group.get(g, []), groups[g].policy.replace_budget, now) for g in groups}
-    busy = {g: out_of_service(by_group.get(g, [])) for g in groups}
-    held_groups: set[tuple[str, str]] = set()
 
-    for r in sorted(due, key=lambda r: (r.not_before or 0, r.key)):
-        policy = groups[r.group].policy
-        action = due_action(r, policy, now)
-        if action is None:
-            plan.changes.append(plan_recovery(r, policy, "None", now, trigger))
-            continue
-        if policy.dry_run:
-            plan.changes.append(
-                transition(r, now, NodeState.SHADOWED, f"dry-run: would {action.value}", trigger, held_by=None)
+def _refused(
+    r: NodeRecord, action: Action, policy: GroupPolicy, now: float, trigger: str | None, plan: RecoveryPlan
+) -> bool:
+    """Dry-run records what it would do; a replacement the controller could not track is refused for good."""
+    if policy.dry_run:
+        plan.changes.append(
+            transition(r, now, NodeState.SHADOWED, f"dry-run: would {action.value}", trigger, held_by=None)
+        )
+        return True
+    if action == Action.REPLACE and not r.logical_id:
+        # Without a NodeLogicalId the replacement would be a new node to us: its ladder, lemon trail and the
+        # group's bad-capacity evidence would start again from zero, so a bad slot could be replaced forever.
+        plan.changes.append(transition(r, now, NodeState.FAILED, UNTRACKED_REPLACEMENT, trigger, held_by=None))
+        plan.alerts.append(
+            Alert(
+                "recovery-held",
+                r.group,
+                f"hyperpod-dhc: {r.key} needs a replacement the controller will not make",
+                {"node": r.key, "reason": UNTRACKED_REPLACEMENT},
             )
-            continue
-        if action == Action.REPLACE and not r.logical_id:
-            # Without a NodeLogicalId the replacement would be a new node to us: its ladder, lemon trail and the
-            # group's bad-capacity evidence would start again from zero, so a bad slot could be replaced forever.
-            plan.changes.append(transition(r, now, NodeState.FAILED, UNTRACKED_REPLACEMENT, trigger, held_by=None))
-            plan.alerts.append(
-                Alert(
-                    "recovery-held",
-                    r.group,
-                    f"hyperpod-dhc: {r.key} needs a replacement the controller will not make",
-                    {"node": r.key, "reason": UNTRACKED_REPLACEMENT},
-                )
+        )
+        return True
+    return False
+
+
+def _safety_hold(r: NodeRecord, action: Action, state: SafetyState, now: float) -> _Hold | None:
+    """The breaker, someone else's action in flight, or the group's bad-capacity hold (replacements only)."""
+    if state.breaker is not None:
+        return _Hold(HOLD_BREAKER, None, f"breaker open: {state.breaker.reason}")
+    if r.status is not None and r.status not in ACTIONABLE_STATUSES:
+        return _Hold(HOLD_NODE_BUSY, now + NODE_BUSY_RETRY_S, f"node is {r.status}: another action is in flight")
+    if action == Action.REPLACE and r.group in state.capacity_holds:
+        return _Hold(HOLD_CAPACITY, None, state.capacity_holds[r.group].reason)
+    return None
+
+
+def _held(
+    r: NodeRecord,
+    action: Action,
+    hold: _Hold,
+    now: float,
+    trigger: str | None,
+    plan: RecoveryPlan,
+    alerted: set[tuple[str, str]],
+) -> None:
+    """Record the hold (unless the node already has it) and alert once per group and hold kind."""
+    held_by, until, why = hold
+    if r.held_by != held_by or r.not_before != (until or r.not_before):
+        plan.changes.append(
+            transition(
+                r,
+                now,
+                NodeState.RECOVERY_DUE,
+                f"{action.value} held: {why}",
+                trigger,
+                held_by=held_by,
+                not_before=until if until is not None else r.not_before,
             )
-            continue
-        hold = None
-        if state.breaker is not None:
-            hold = (HOLD_BREAKER, None, f"breaker open: {state.breaker.reason}")
-        elif r.status is not None and r.status not in ACTIONABLE_STATUSES:
-            hold = (HOLD_NODE_BUSY, now + NODE_BUSY_RETRY_S, f"node is {r.status}: another action is in flight")
-        elif action == Action.REPLACE and r.group in state.capacity_holds:
-            hold = (HOLD_CAPACITY, None, state.capacity_holds[r.group].reason)
-        elif action == Action.REPLACE and (b := group_budgets[r.group])["used"] >= b["limit"]:
-            hold = (HOLD_GROUP_BUDGET, b["frees_at"], _budget_text("group " + r.group, b))
-        elif action == Action.REPLACE and cluster_budget["used"] >= cluster_budget["limit"]:
-            hold = (HOLD_CLUSTER_BUDGET, cluster_budget["frees_at"], _budget_text("cluster", cluster_budget))
-        else:
-            size = sum(1 for m in by_group.get(r.group, []) if m.state != NodeState.GONE)
-            if busy[r.group] >= out_of_service_cap(size, policy.max_out_of_service_pct):
-                cap = f"{policy.max_out_of_service_pct}% of {size}"
-                hold = (
-                    HOLD_OUT_OF_SERVICE,
-                    now + OUT_OF_SERVICE_RETRY_S,
-                    f"{busy[r.group]} nodes out of service ({cap})",
-                )
-        if hold is None:
-            plan.acts[action].append(r)
-            busy[r.group] += 1
-            if action == Action.REPLACE:
-                group_budgets[r.group]["used"] += 1
-                cluster_budget["used"] += 1
-            continue
-        held_by, until, why = hold
-        if r.held_by != held_by or r.not_before != (until or r.not_before):
-            plan.changes.append(
-                transition(
-                    r,
-                    now,
-                    NodeState.RECOVERY_DUE,
-                    f"{action.value} held: {why}",
-                    trigger,
-                    held_by=held_by,
-                    not_before=until if until is not None else r.not_before,
-                )
-            )
-        quiet = held_by in STICKY_HOLDS or held_by == HOLD_NODE_BUSY  # sticky holds alerted when they tripped
-        if not quiet and (r.group, held_by) not in held_groups and r.held_by != held_by:
-            held_groups.add((r.group, held_by))
-            plan.alerts.append(
-                Alert("recovery-held", r.group, f"hyperpod-dhc: recovery held in {r.group}", {"reason": why})
-            )
-    return plan
+        )
+    quiet = held_by in STICKY_HOLDS or held_by == HOLD_NODE_BUSY  # sticky holds alerted when they tripped
+    if not quiet and (r.group, held_by) not in alerted and r.held_by != held_by:
+        alerted.add((r.group, held_by))
+        plan.alerts.append(
+            Alert("recovery-held", r.group, f"hyperpod-dhc: recovery held in {r.group}", {"reason": why})
+        )
 
 
 def release_holds(
@@ -421,7 +520,7 @@ def reset(state: SafetyState, group: str | None, now: float, by: str, reason: st
     """Close the breaker (`group` None) or lift a group's bad-capacity hold; the reset is kept."""
     scope = "breaker" if group is None else "capacity-hold"
     entry = Reset(at=now, scope=scope, group=group, by=by, reason=reason)
-    update: dict = {"resets": [*state.resets, entry][-RESET_LIMIT:]}
+    update: dict[str, Any] = {"resets": [*state.resets, entry][-RESET_LIMIT:]}
     if group is None:
         update |= {"breaker": None, "breaker_reset_at": now}
     else:
@@ -432,5 +531,5 @@ def reset(state: SafetyState, group: str | None, now: float, by: str, reason: st
     return state.model_copy(update=update)
 
 
-def _budget_text(scope: str, use: dict) -> str:
+def _budget_text(scope: str, use: BudgetUse) -> str:
     return f"replacement budget of the {scope} used up ({use['used']}/{use['limit']} in {use['window_h']} h)"

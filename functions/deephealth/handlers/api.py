@@ -1,7 +1,8 @@
 """Api: the operators' REST API behind API Gateway (IAM/SigV4 auth on every route)."""
 
 import binascii
-from typing import Annotated
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 from aws_lambda_powertools.event_handler import APIGatewayRestResolver, Response, content_types
 from aws_lambda_powertools.event_handler.exceptions import NotFoundError
@@ -16,10 +17,14 @@ from deephealth.domain.on_demand import NODE_REF_PATTERN, CheckRequest
 from deephealth.domain.policy import GROUP_NAME_PATTERN
 from deephealth.domain.safety import BreakerReset
 from deephealth.observability import MetricUnit, logger, metrics
-from deephealth.wiring import build_controller
+from deephealth.usecases import operator_actions, operator_views
+from deephealth.wiring import build_context
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 SETTINGS = settings.load(settings.ApiSettings)
-CONTROLLER = build_controller(SETTINGS)
+CONTEXT = build_context(SETTINGS)
 app = APIGatewayRestResolver(enable_validation=True)
 OPENAPI_TITLE, OPENAPI_VERSION = "hyperpod-dhc operator API", "1"
 
@@ -27,13 +32,13 @@ Cluster = Annotated[str, Path(pattern=GROUP_NAME_PATTERN, description="HyperPod 
 
 
 @app.get("/clusters", summary="Every watched cluster with node counts by state")
-def list_clusters() -> dict:
-    return {"clusters": CONTROLLER.clusters_view()}
+def list_clusters() -> dict[str, Any]:
+    return {"clusters": operator_views.list_clusters(CONTEXT)}
 
 
 @app.get("/clusters/<cluster>/groups", summary="Per instance group: states, current round, progress, GPU-hours")
-def list_groups(cluster: Cluster) -> dict:
-    return {"cluster": cluster, "groups": CONTROLLER.groups_view(cluster)}
+def list_groups(cluster: Cluster) -> dict[str, Any]:
+    return {"cluster": cluster, "groups": operator_views.list_groups(CONTEXT, cluster)}
 
 
 @app.get("/clusters/<cluster>/nodes", summary="Per node: state, verdict, evidence, attempts, timings (paginated)")
@@ -43,48 +48,57 @@ def list_nodes(
     state: Annotated[NodeState | None, Query()] = None,
     limit: Annotated[int, Query(ge=1, le=500)] = 100,
     next_token: Annotated[str | None, Query(pattern=NODE_REF_PATTERN)] = None,
-) -> dict:
-    nodes, token = CONTROLLER.nodes_view(cluster, group, state, limit, next_token)
+) -> dict[str, Any]:
+    nodes, token = operator_views.list_nodes(CONTEXT, cluster, group, state, limit, next_token)
     return {"cluster": cluster, "nodes": nodes, "next_token": token}
 
 
 @app.get("/clusters/<cluster>/nodes/<node>", summary="One node's full history across instance ids")
-def get_node(cluster: Cluster, node: Annotated[str, Path(pattern=NODE_REF_PATTERN)]) -> dict:
-    found = CONTROLLER.node_view(cluster, node)
+def get_node(cluster: Cluster, node: Annotated[str, Path(pattern=NODE_REF_PATTERN)]) -> dict[str, Any]:
+    found = operator_views.get_node(CONTEXT, cluster, node)
     if found is None:
         raise NotFoundError(f"node {node} is not known in cluster {cluster}")
     return found
 
 
 @app.post("/clusters/<cluster>/checks", summary="Queue on-demand deep health checks into the next round")
-def request_checks(cluster: Cluster, request: CheckRequest) -> Response[dict]:
+def request_checks(cluster: Cluster, request: CheckRequest) -> Response[dict[str, Any]]:
     principal = app.current_event.request_context.identity.user_arn or "unknown principal"
     trigger = f"api:{app.current_event.request_context.request_id}:{principal}"
-    result = CONTROLLER.request_checks(cluster, request, trigger)
+    result = operator_actions.request_checks(CONTEXT, cluster, request, trigger)
     logger.info("on-demand checks requested", extra={"principal": principal, "result": result})
     return Response(status_code=202, content_type=content_types.APPLICATION_JSON, body=result)
 
 
 @app.get("/clusters/<cluster>/breakers", summary="Breaker, bad-capacity holds, replacement budgets and held nodes")
-def get_breakers(cluster: Cluster) -> dict:
-    return CONTROLLER.breakers_view(cluster)
+def get_breakers(cluster: Cluster) -> dict[str, Any]:
+    return operator_views.get_breakers(CONTEXT, cluster)
 
 
 @app.post("/clusters/<cluster>/breakers/reset", summary="Close the cluster breaker or lift a group's capacity hold")
-def reset_breaker(cluster: Cluster, request: BreakerReset) -> dict:
+def reset_breaker(cluster: Cluster, request: BreakerReset) -> dict[str, Any]:
     principal = app.current_event.request_context.identity.user_arn or "unknown principal"
     trigger = f"api:{app.current_event.request_context.request_id}:{principal}"
-    return CONTROLLER.reset_breaker(cluster, request.group, principal, request.reason, trigger)
+    return operator_actions.reset_breaker(CONTEXT, cluster, request.group, principal, request.reason, trigger)
 
 
-@app.exception_handler(StaleRecord)
-def _changed_concurrently(err: StaleRecord) -> Response:
+_Handler = TypeVar("_Handler", bound=Callable[..., Response[dict[str, Any]]])
+
+
+def _handles(exc_class: type[Exception] | list[type[Exception]]) -> Callable[[_Handler], _Handler]:
+    """`app.exception_handler`, typed: Powertools leaves that decorator unannotated (strict mypy rejects it)."""
+    register: Callable[[_Handler], _Handler] = app.exception_handler(exc_class)
+    return register
+
+
+@_handles(StaleRecord)
+def _changed_concurrently(err: StaleRecord) -> Response[dict[str, Any]]:
     _rejected(409, f"changed concurrently: {err}")
     return _error(409, "changed concurrently; retry")
 
 
-@app.exception_handler([Throttled, TransientError])
-def _try_again(err: Exception) -> Response:
+@_handles([Throttled, TransientError])
+def _try_again(err: Exception) -> Response[dict[str, Any]]:
     """AWS throttled us or failed (after botocore's retries): the caller may retry; nothing was half-done."""
     logger.warning("request failed transiently", extra={"error": type(err).__name__, "reason": str(err)[:300]})
     return Response(
@@ -95,14 +109,14 @@ def _try_again(err: Exception) -> Response:
     )
 
 
-@app.exception_handler(ClusterNotFound)
-def _cluster_not_found(err: ClusterNotFound) -> Response:
+@_handles(ClusterNotFound)
+def _cluster_not_found(err: ClusterNotFound) -> Response[dict[str, Any]]:
     _rejected(404, str(err))
     return _error(404, str(err))
 
 
-@app.exception_handler(NotFoundError)
-def _not_found(err: NotFoundError) -> Response:
+@_handles(NotFoundError)
+def _not_found(err: NotFoundError) -> Response[dict[str, Any]]:
     """An unknown node (raised by a route) or no route for the method and path (raised by the resolver)."""
     event = app.current_event
     message = err.msg if err.msg and err.msg != "Not found" else f"no route for {event.http_method[:10]} {event.path}"
@@ -110,8 +124,8 @@ def _not_found(err: NotFoundError) -> Response:
     return _error(404, message[:300])
 
 
-@app.exception_handler([RecursionError, binascii.Error, UnicodeDecodeError])
-def _undecodable_body(err: Exception) -> Response:
+@_handles([RecursionError, binascii.Error, UnicodeDecodeError])
+def _undecodable_body(err: Exception) -> Response[dict[str, Any]]:
     """A body Powertools cannot decode (bad base64, not UTF-8, JSON nested deeper than the recursion limit).
 
     These escape Powertools' own JSON error handling and would end the invocation (a 502 in API Gateway).
@@ -127,8 +141,8 @@ def _undecodable_body(err: Exception) -> Response:
 MAX_VALIDATION_ERRORS = 20  # a 3,000-item body can fail 3,000 times: the first ones say what is wrong
 
 
-@app.exception_handler(RequestValidationError)
-def _invalid_request(err: RequestValidationError) -> Response:
+@_handles(RequestValidationError)
+def _invalid_request(err: RequestValidationError) -> Response[dict[str, Any]]:
     """422 with Powertools' validation detail (`loc`, `type`; no message, no input echoed), logged and counted."""
     errors = list(err.errors())
     first = errors[:MAX_VALIDATION_ERRORS]
@@ -164,7 +178,7 @@ def _rejected(status: int, reason: str) -> None:
     metrics.add_metric(name="RejectedRequests", unit=MetricUnit.Count, value=1)
 
 
-def _error(status: int, message: str) -> Response:
+def _error(status: int, message: str) -> Response[dict[str, Any]]:
     return Response(
         status_code=status, content_type=content_types.APPLICATION_JSON, body={"statusCode": status, "message": message}
     )
@@ -177,5 +191,5 @@ def openapi_json() -> str:
 
 @metrics.log_metrics
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.API_GATEWAY_REST, clear_state=True)
-def lambda_handler(event: dict, context: object) -> dict:
+def lambda_handler(event: dict[str, Any], context: "LambdaContext") -> dict[str, Any]:
     return app.resolve(event, context)

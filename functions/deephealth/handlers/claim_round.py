@@ -1,7 +1,7 @@
 """ClaimRound: the round workflow's "Claim round" step."""
 
-from deephealth.controller import Controller
 from deephealth.handlers.round_step import round_step
 from deephealth.settings import ClaimRoundSettings
+from deephealth.usecases.claim_round import claim_round
 
-lambda_handler = round_step(ClaimRoundSettings, Controller.claim_round)
+lambda_handler = round_step(ClaimRoundSettings, claim_round)

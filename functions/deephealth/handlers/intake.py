@@ -10,7 +10,9 @@ time): it is dropped with a logged reason and counted, in this order of preceden
 Only transient errors of the AWS calls (throttling, 5xx) raise, so that the event is retried.
 """
 
-from typing import Any
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 
 from aws_lambda_powertools.logging import correlation_paths
 from aws_lambda_powertools.utilities.parser import parse
@@ -19,18 +21,32 @@ from aws_lambda_powertools.utilities.parser.models import EventBridgeModel
 from pydantic import ValidationError
 
 from deephealth import settings
-from deephealth.domain.events import SOURCE, Ignored, MalformedEvent, classify, describe, foreign_origin
+from deephealth.domain.events import (
+    SOURCE,
+    ClusterSignal,
+    Ignored,
+    MalformedEvent,
+    NodeSignal,
+    classify,
+    describe,
+    foreign_origin,
+)
 from deephealth.observability import MetricUnit, logger, metrics
-from deephealth.wiring import build_controller
+from deephealth.usecases.intake import handle_signal
+from deephealth.wiring import build_context
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 SETTINGS = settings.load(settings.IntakeSettings)
-CONTROLLER = build_controller(SETTINGS)
+CONTEXT = build_context(SETTINGS)
 IGNORED_METRIC = "IgnoredEvents"
 
 
 @metrics.log_metrics
 @logger.inject_lambda_context(correlation_id_path=correlation_paths.EVENT_BRIDGE, clear_state=True)
-def lambda_handler(event: Any, context: object) -> dict:
+def lambda_handler(event: Any, context: LambdaContext) -> dict[str, str]:
+    signal: NodeSignal | ClusterSignal | Ignored
     try:
         envelope = parse(event=event, model=EventBridgeModel)
         if envelope.source != SOURCE:
@@ -47,9 +63,9 @@ def lambda_handler(event: Any, context: object) -> dict:
     foreign = foreign_origin(envelope.account, envelope.region, arns, own_account, own_region)
     if foreign:
         return _drop(event, "foreign", "ForeignEvents", foreign)
-    outcome = CONTROLLER.handle_signal(signal)
+    outcome = handle_signal(CONTEXT, signal)
     if outcome.startswith("ignored"):
-        if IGNORED_METRIC not in metrics.metric_set:  # the controller counts most ignored signals itself
+        if IGNORED_METRIC not in metrics.metric_set:  # the use case counts most ignored signals itself
             metrics.add_metric(name=IGNORED_METRIC, unit=MetricUnit.Count, value=1)
         logger.info("event ignored", extra={"reason": outcome[:1000], "event_id": envelope.id[:128]})
     else:
@@ -57,7 +73,7 @@ def lambda_handler(event: Any, context: object) -> dict:
     return {"outcome": outcome}
 
 
-def _drop(event: Any, outcome: str, metric: str, reason: str) -> dict:
+def _drop(event: Any, outcome: str, metric: str, reason: str) -> dict[str, str]:
     reason = reason[:1000]
     event_id = event.get("id") if isinstance(event, dict) else None
     event_id = event_id[:128] if isinstance(event_id, str) else None

@@ -1,16 +1,24 @@
 """Reconcile: scheduled level-triggered pass, so a lost event never loses a node."""
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from deephealth import settings
 from deephealth.observability import logger, metrics
-from deephealth.wiring import build_controller
+from deephealth.usecases.reconcile import reconcile
+from deephealth.wiring import build_context
+
+if TYPE_CHECKING:
+    from aws_lambda_powertools.utilities.typing import LambdaContext
 
 SETTINGS = settings.load(settings.ReconcileSettings)
-CONTROLLER = build_controller(SETTINGS)
+CONTEXT = build_context(SETTINGS)
 
 
 @metrics.log_metrics
 @logger.inject_lambda_context(clear_state=True)
-def lambda_handler(event: dict, context: object) -> dict:
-    results = CONTROLLER.reconcile()
+def lambda_handler(event: dict[str, Any], context: LambdaContext) -> dict[str, dict[str, str]]:
+    results = reconcile(CONTEXT)
     logger.info("reconciled", extra={"clusters": results})
     return {"clusters": results}

@@ -1,0 +1,67 @@
+"""What a saved decision announces: the metrics and notifications of one node's transition, as pure values.
+
+`notices(record, decision)` is the whole table; `usecases/decisions.py` emits what it returns, in order, right
+after the decision's write (a metric-only notice has no `kind`; a notice's metrics go out before its message).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from deephealth.domain.nodes import Decision, NodeRecord, NodeState, Verdict
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One node metric (stack-wide and per cluster)."""
+
+    name: str
+    value: float = 1
+    unit: Literal["Count", "Seconds"] = "Count"
+
+
+@dataclass(frozen=True)
+class Notice:
+    """Metrics, then (unless `kind` is None) one notification to the cluster's instance group."""
+
+    cluster: str
+    group: str
+    metrics: tuple[Metric, ...] = ()
+    kind: str | None = None
+    subject: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+def notices(record: NodeRecord, decision: Decision) -> list[Notice]:
+    """The metrics and notifications of one audited decision, in the order they go out."""
+    detail = {
+        "node": record.key,
+        "instance_id": record.instance_id,
+        "reason": decision.reason,
+        "verdict": decision.verdict,
+        "evidence": decision.evidence,
+        "attempts": record.attempts,
+    }
+    cluster, group = record.cluster, record.group
+    found: list[Notice] = []
+    if decision.verdict is not None:
+        metrics = [Metric(f"Verdict_{decision.verdict.value}")]
+        if record.ready_at is not None and record.verdict_at is not None:
+            metrics.append(Metric("ReadyToVerdictSeconds", record.verdict_at - record.ready_at, "Seconds"))
+        found.append(Notice(cluster, group, tuple(metrics)))
+        if decision.to_state == NodeState.PASSED and record.attempts:
+            subject = f"hyperpod-dhc: {record.key} recovered"
+            found.append(Notice(cluster, group, (Metric("NodesRecovered"),), "node-recovered", subject, detail))
+        elif decision.verdict in (Verdict.FAILED, Verdict.REPLACED_BY_HYPERPOD):
+            subject = f"hyperpod-dhc: {record.key} failed its deep health check"
+            found.append(Notice(cluster, group, (), "node-failed", subject, detail))
+    entered = decision.to_state if decision.from_state != decision.to_state else None
+    if entered == NodeState.QUARANTINED:
+        subject = f"hyperpod-dhc: {record.key} quarantined"
+        found.append(Notice(cluster, group, (Metric("NodesQuarantined"),), "node-quarantined", subject, detail))
+    elif entered == NodeState.INCONCLUSIVE:
+        # Missing evidence never leads to an action; it leads to a person.
+        subject = f"hyperpod-dhc: {record.key} inconclusive, needs an operator"
+        found.append(Notice(cluster, group, (Metric("NodesInconclusive"),), "node-inconclusive", subject, detail))
+    return found

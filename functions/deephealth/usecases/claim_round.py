@@ -1,0 +1,80 @@
+"""Claim round: the round workflow's first step. Take the cluster's lease, observe the cluster afresh, and
+claim the nodes this round checks (dry-run groups record the check they would get)."""
+
+from __future__ import annotations
+
+from deephealth.domain.errors import ClusterNotFound
+from deephealth.domain.nodes import NodeRecord, NodeState, transition
+from deephealth.domain.rounds import LEASE_TTL_S, RoundState, claimable, gather_delay, round_name, select_for_round
+from deephealth.domain.safety import admit_to_round
+from deephealth.observability import MetricUnit, logger, metrics
+from deephealth.usecases.context import ClusterView, Context
+from deephealth.usecases.decisions import notify, save_and_announce
+from deephealth.usecases.observe_cluster import close_cluster, observe_cluster
+
+
+def claim_round(ctx: Context, state: RoundState) -> RoundState:
+    round_id = round_name(state.cluster, state.round_seq)
+    state = state.model_copy(update={"round_id": round_id, "gather_s": 0})
+    now = ctx.clock()
+    if not ctx.table.acquire_lease(state.cluster, state.round_seq, round_id, now, LEASE_TTL_S):
+        logger.info("round not started: lease held or round superseded", extra={"round_id": round_id})
+        return state.model_copy(update={"claimed": 0, "recovery_due": 0})
+    try:
+        # Fresh: arrivals whose events were lost, and nodes earlier rounds claimed but never started.
+        view = observe_cluster(ctx, state.cluster, round_id, orphaned_before=state.round_seq)
+    except ClusterNotFound:
+        close_cluster(ctx, state.cluster, "cluster not found", round_id)
+        return state.model_copy(update={"claimed": 0, "recovery_due": 0})
+    candidates = claimable(view.records.values(), view.groups)
+    if not state.gathered and (delay := gather_delay(candidates, view.groups, now)) > 0:
+        return state.model_copy(update={"gather_s": delay, "gathered": True})
+    shadow_checks(ctx, [r for r in candidates if view.groups[r.group].policy.dry_run], view, round_id, now)
+    live = [r for r in candidates if not view.groups[r.group].policy.dry_run]
+    chosen = select_for_round(admit_to_round(live, view.records.values(), view.groups), ctx.config().max_round_nodes)
+    claimed = save_and_announce(
+        ctx,
+        [
+            transition(
+                r,
+                now,
+                NodeState.CHECKING,
+                "claimed for a check round",
+                round_id,
+                round_id=round_id,
+                check_started_at=None,
+                seen_in_progress=False,
+                observe_only=False,
+            )
+            for r in chosen
+        ],
+    )
+    due = ctx.due(view)
+    logger.info("round claimed", extra={"round_id": round_id, "claimed": len(claimed), "recovery_due": len(due)})
+    metrics.add_metric(name="NodesClaimed", unit=MetricUnit.Count, value=len(claimed))
+    return state.model_copy(update={"claimed": len(claimed), "recovery_due": len(due), "gathered": True})
+
+
+def shadow_checks(ctx: Context, records: list[NodeRecord], view: ClusterView, round_id: str, now: float) -> None:
+    """Dry-run groups: record the check this round would have started, and start none."""
+    by_group: dict[str, list[NodeRecord]] = {}
+    for r in records:
+        by_group.setdefault(r.group, []).append(r)
+    for group, members in sorted(by_group.items()):
+        checks = ", ".join(view.groups[group].policy.checks)
+        saved = save_and_announce(
+            ctx,
+            (
+                transition(r, now, NodeState.SHADOWED, f"dry-run: would start a deep health check ({checks})", round_id)
+                for r in members
+            ),
+        )
+        if saved:
+            notify(
+                ctx,
+                "dry-run",
+                view.info.name,
+                group,
+                f"hyperpod-dhc: dry-run would check {len(saved)} node(s) of {group}",
+                {"round_id": round_id, "checks": checks, "nodes": [r.key for r in saved]},
+            )

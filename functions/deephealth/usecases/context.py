@@ -1,0 +1,149 @@
+"""What every use case works with: the adapters, the configuration and the clock (`Context`, one per Lambda,
+built by `wiring.build_context` in its handler module), and the reads they all share.
+
+The only warm state is the DescribeCluster cache on the Context: a new handler module (a cold start, or the
+twin's simulated redeploy) builds a new Context and starts without it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from deephealth.adapters.hyperpod import ClusterInfo, HyperPod
+from deephealth.adapters.node_table import NodeTable, RoundMeta
+from deephealth.adapters.notifications import Notifier
+from deephealth.adapters.result_logs import ResultLogs
+from deephealth.adapters.round_starter import RoundStarter
+from deephealth.domain.errors import ClusterNotFound, LeaseLost
+from deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState
+from deephealth.domain.policy import ControllerConfig, GroupContext
+from deephealth.domain.rounds import LEASE_TTL_S, RoundState
+from deephealth.domain.safety import SafetyState, due_recoveries, progress_possible
+from deephealth.observability import logger
+
+# DescribeCluster answers change rarely (groups, NodeRecovery); a warm Lambda reuses them this long. Reconcile
+# and cluster events always describe afresh, and a deleted cluster shows in ListClusterNodes too.
+CLUSTER_INFO_TTL_S = 1800
+
+
+@dataclass
+class ClusterView:
+    info: ClusterInfo
+    groups: dict[str, GroupContext]
+    records: dict[str, NodeRecord] = field(default_factory=dict)
+    snapshots: dict[str, NodeSnapshot] = field(default_factory=dict)  # set by observe_cluster
+    # Records of an earlier cluster of the same name (deleted and recreated): never observed, counted or shown.
+    previous: dict[str, NodeRecord] = field(default_factory=dict)
+
+    def members(self, round_id: str) -> list[NodeRecord]:
+        """The nodes a round has claimed and not yet judged."""
+        return [r for r in self.records.values() if r.state == NodeState.CHECKING and r.round_id == round_id]
+
+
+@dataclass
+class Context:
+    table: NodeTable
+    hyperpod: HyperPod
+    config: Callable[[], ControllerConfig]
+    clock: Callable[[], float]
+    logs: ResultLogs = field(default_factory=ResultLogs)
+    starter: RoundStarter | None = None
+    notifier: Notifier = field(default_factory=lambda: Notifier(None))
+    _cluster_info: dict[str, tuple[float, ClusterInfo]] = field(default_factory=dict, init=False, repr=False)
+
+    def describe(self, cluster: str, fresh: bool = False) -> ClusterInfo:
+        """DescribeCluster, cached for CLUSTER_INFO_TTL_S unless `fresh`."""
+        now = self.clock()
+        cached = self._cluster_info.get(cluster)
+        if fresh or cached is None or now - cached[0] > CLUSTER_INFO_TTL_S:
+            try:
+                cached = (now, self.hyperpod.describe_cluster(cluster))
+            except ClusterNotFound:
+                self._cluster_info.pop(cluster, None)
+                raise
+            self._cluster_info[cluster] = cached
+        return cached[1]
+
+    def view(self, cluster: str, load_records: bool = True, fresh: bool = False) -> ClusterView:
+        """The cluster as HyperPod describes it, with its groups' policies and (unless not asked) its records."""
+        info = self.describe(cluster, fresh)
+        config = self.config()
+        groups = {
+            name: GroupContext(
+                policy=config.policy_for(cluster, name), worker=g.worker, on_start_checks=g.on_start_checks
+            )
+            for name, g in info.groups.items()
+        }
+        records = self.table.load_cluster(cluster) if load_records else {}
+        current = {k: r for k, r in records.items() if r.cluster_id in (None, info.cluster_id)}
+        previous = {k: r for k, r in records.items() if k not in current}
+        return ClusterView(info, groups, current, previous=previous)
+
+    def due(self, view: ClusterView) -> list[NodeRecord]:
+        """The nodes whose recovery is due now."""
+        return due_recoveries(view.records.values(), view.groups, self.clock())
+
+    def progress(self, view: ClusterView) -> str | None:
+        """What a round started now would do (None: nothing, so none is started)."""
+        cluster = view.info.name
+        return progress_possible(
+            view.records, view.groups, self.config().cluster_policy(cluster), self.safety(view.info), self.clock()
+        )
+
+    def safety(self, info: ClusterInfo) -> SafetyState:
+        """The cluster's breaker and holds; a cluster recreated under the same name starts afresh. A cluster
+        HyperPod no longer knows (no id) shows what it left."""
+        state = self.table.safety(info.name)
+        if not info.cluster_id:
+            return state
+        if state.cluster_id is None:
+            return state.model_copy(update={"cluster_id": info.cluster_id})
+        if state.cluster_id != info.cluster_id:
+            logger.warning(
+                "cluster recreated: breaker, holds and budgets start afresh",
+                extra={"cluster": info.name, "old_cluster_id": state.cluster_id, "cluster_id": info.cluster_id},
+            )
+            return SafetyState(cluster=info.name, cluster_id=info.cluster_id, version=state.version)
+        return state
+
+    def orphaned_before(self, meta: RoundMeta) -> int:
+        """Rounds before this sequence number have ended: the current one too if its lease expired (it died)."""
+        expired = meta.holder is not None and meta.lease_expires_at <= self.clock()
+        return meta.seq + 1 if expired else meta.seq
+
+    def start_round(self, cluster: str) -> None:
+        """Make sure a round of `cluster` runs (the starter starts one unless one is live)."""
+        if self.starter is not None:
+            name = self.starter.ensure_round(cluster)
+            logger.info("round ensured", extra={"cluster": cluster, "round_id": name})
+
+    def renew(self, state: RoundState) -> float:
+        """Extend the round's lease (LeaseLost if another round holds it now); returns the time of the renewal."""
+        now = self.clock()
+        if not self.table.acquire_lease(state.cluster, state.round_seq, state.round_id, now, LEASE_TTL_S):
+            raise LeaseLost(f"{state.round_id} no longer holds the lease of {state.cluster}")
+        return now
+
+    def live_round(self, cluster: str) -> str | None:
+        """The round holding the cluster's lease, if its lease has not expired."""
+        meta = self.table.round_meta(cluster)
+        return meta.holder if meta.holder and meta.lease_expires_at > self.clock() else None
+
+    def cluster_names(self) -> list[str]:
+        """The clusters operators see: those configured, or every registered one when all are watched."""
+        config = self.config()
+        return sorted(set(config.clusters) if config.clusters != "all" else set(self.table.registered_clusters()))
+
+    def known_cluster(self, cluster: str) -> None:
+        """ClusterNotFound unless operators may see `cluster`."""
+        if cluster not in self.cluster_names():
+            raise ClusterNotFound(f"cluster {cluster} is not watched by this controller")
+
+    def shown(self, cluster: str) -> ClusterView:
+        """What operators see of a cluster: its current records (not those of an earlier cluster of the same
+        name). A cluster HyperPod no longer knows shows every record it left."""
+        try:
+            return self.view(cluster)
+        except ClusterNotFound:
+            return ClusterView(ClusterInfo(cluster, "", "", "Deleted", ""), {}, self.table.load_cluster(cluster))

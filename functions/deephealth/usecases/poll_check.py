@@ -1,0 +1,55 @@
+"""Poll check: look at the round's check until none of its members is left in it, and say when to look again."""
+
+from __future__ import annotations
+
+from deephealth.domain.errors import ClusterNotFound
+from deephealth.domain.rounds import FULL_OBSERVE_S, RoundState, build_check_request, expected_check_s, next_wait
+from deephealth.usecases.context import Context
+from deephealth.usecases.observe_cluster import close_cluster, observe_cluster, observe_members
+
+MAX_POLLS = 2000  # a hard stop far beyond any check timeout, in case the clock misbehaves
+
+
+def poll_check(ctx: Context, state: RoundState) -> RoundState:
+    """Look at the round's members (and, every FULL_OBSERVE_S, at the whole cluster); decide when to look
+    again. The round ends only after a look at the whole cluster has found no member left in the check."""
+    now = ctx.renew(state)
+    observed_at = state.observed_at
+    full = state.window is None or observed_at is None or now - observed_at >= FULL_OBSERVE_S
+    try:
+        if not full:
+            view = observe_members(ctx, state.cluster, state.round_id, state.window)  # type: ignore[arg-type]
+            full = not view.members(state.round_id)  # it looks finished: confirm on the whole cluster
+        if full:
+            view = observe_cluster(ctx, state.cluster, state.round_id, orphaned_before=state.round_seq)
+            observed_at = now
+    except ClusterNotFound:
+        close_cluster(ctx, state.cluster, "cluster deleted during the round", state.round_id)
+        return state.model_copy(update={"done": True, "wait_s": 0, "recovery_due": 0})
+    members = view.members(state.round_id)
+    polls = state.polls + 1
+    done = not members or polls >= MAX_POLLS
+    started = state.started_at or now
+    configs = build_check_request(members, view.groups) if members else []
+    interval = min((g.policy.poll_interval_s for g in view.groups.values()), default=60)
+    wait = (
+        0
+        if done
+        else next_wait(
+            started,
+            now,
+            expected_check_s(configs),
+            interval,
+            awaiting_start=any(not r.seen_in_progress for r in members),
+        )
+    )
+    return state.model_copy(
+        update={
+            "done": done,
+            "wait_s": wait,
+            "polls": polls,
+            "observed_at": observed_at,
+            # Only a look at the whole cluster sees every node due for recovery; the round ends on one.
+            "recovery_due": len(ctx.due(view)) if full else state.recovery_due,
+        }
+    )

@@ -1,0 +1,68 @@
+"""Reconcile: the level-triggered pass over every watched cluster, so a lost event never loses a node.
+
+Intake calls `reconcile_cluster` for a cluster event too: the cluster's own state decides what happens."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from deephealth.domain.errors import ClusterNotFound
+from deephealth.domain.on_demand import due_for_revalidation, queue_checks
+from deephealth.observability import MetricUnit, logger, metrics
+from deephealth.usecases.context import Context
+from deephealth.usecases.decisions import save_and_announce
+from deephealth.usecases.observe_cluster import close_cluster, observe_cluster
+
+CLOSING_STATUSES = frozenset({"Deleting", "Failed"})
+
+
+def reconcile(ctx: Context) -> dict[str, str]:
+    """Level-triggered pass over every configured cluster (and every cluster we hold records for)."""
+    config = ctx.config()
+    names = set(ctx.table.registered_clusters())
+    names |= set(ctx.hyperpod.list_cluster_names() if config.clusters == "all" else config.clusters)
+    results = {}
+    for name in sorted(n for n in names if config.watches(n)):
+        try:
+            results[name] = reconcile_cluster(ctx, name, trigger="reconcile")
+        except Exception as err:  # one broken cluster must not starve the others
+            logger.exception("reconcile failed", extra={"cluster": name})
+            metrics.add_metric(name="ReconcileErrors", unit=MetricUnit.Count, value=1)
+            results[name] = f"error: {type(err).__name__}"
+    return results
+
+
+def reconcile_cluster(ctx: Context, cluster: str, trigger: str) -> str:
+    """Observe one cluster afresh (unless a live round does), queue what is due for revalidation, and start
+    a round if one could change something; returns the cluster's node counts by state, for the log."""
+    meta = ctx.table.round_meta(cluster)
+    # A live round observes this cluster on every poll, and its Claim round observes it fresh. The starter
+    # checks that round really runs, and moves past it if it died holding the lease.
+    live = trigger == "reconcile" and meta.holder and meta.lease_expires_at > ctx.clock()
+    if live and (ctx.starter is None or ctx.starter.ensure_round(cluster) == meta.holder):
+        return f"round {meta.holder} is live; its polls observe the cluster"
+    if live:
+        meta = ctx.table.round_meta(cluster)  # the starter moved past a round that died holding the lease
+    try:
+        view = observe_cluster(ctx, cluster, trigger, fresh=True, orphaned_before=ctx.orphaned_before(meta))
+    except ClusterNotFound:
+        return close_cluster(ctx, cluster, "cluster not found", trigger)
+    if view.info.status in CLOSING_STATUSES:
+        return close_cluster(ctx, cluster, f"cluster {view.info.status}", trigger)
+    stale = due_for_revalidation(view.records, view.groups, ctx.clock())
+    if stale:  # the same path as an operator's on-demand request
+        queued, _ = queue_checks(
+            view.records,
+            view.groups,
+            group_names=[],
+            nodes=stale,
+            checks=None,
+            now=ctx.clock(),
+            trigger="revalidation",
+        )
+        for saved in save_and_announce(ctx, queued):
+            view.records[saved.key] = saved
+    if ctx.progress(view) is not None:
+        ctx.start_round(cluster)
+    states = Counter(r.state.value for r in view.records.values())
+    return ", ".join(f"{k}={v}" for k, v in sorted(states.items())) or "no nodes"
