@@ -40,6 +40,7 @@ def nag_string(value: Any) -> str:
         if key == "Fn::GetAtt":
             return f"<{arg[0]}.{arg[1]}>"
         if key == "Fn::Join":
+            separator: str
             separator, parts = arg
             return separator.join(nag_string(part) for part in parts)
     raise ValueError(f"cannot render {value!r} as a cdk-nag resource string")

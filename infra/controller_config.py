@@ -18,17 +18,23 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from deephealth.domain.policy import (
+    GROUP_NAME_PATTERN,
+    ConfigError,
+    ControllerConfig,
+    parse_config,
+)
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 FUNCTIONS_DIR = REPO_ROOT / "functions"
 # The Lambda asset is functions/ without bytecode and without the operator CLI (functions/hpdhc ships as a wheel).
-ASSET_EXCLUDE = ("__pycache__", "*.pyc", "hpdhc")
+ASSET_EXCLUDE = ("__pycache__", "*.pyc", "*.egg-info", "hpdhc")
 CONTEXT_KEY = "hyperpod-dhc"
 # Separate key, not part of ControllerConfig: it is about the stack, not the controller's policy.
 DELETION_PROTECTION_KEY = "hyperpod-dhc:table-deletion-protection"
@@ -43,16 +49,6 @@ EVERY_CLUSTER = "*"
 # What `aws:PrincipalArn` is for a role (its path included) or a user of one account; an assumed-role
 # session ARN (arn:aws:sts::...:assumed-role/...) never is, so it is refused rather than never matching.
 _PRINCIPAL_PATTERN = re.compile(r"arn:aws(?:-cn|-us-gov)?:iam::[0-9]{12}:(?:role|user)/[\w+=,.@/*?-]+")
-
-if str(FUNCTIONS_DIR) not in sys.path:  # `python -m infra.app` only has the repository root on sys.path
-    sys.path.insert(0, str(FUNCTIONS_DIR))
-
-from deephealth.domain.policy import (  # noqa: E402
-    GROUP_NAME_PATTERN,
-    ConfigError,
-    ControllerConfig,
-    parse_config,
-)
 
 __all__ = [
     "CONTEXT_KEY",

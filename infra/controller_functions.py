@@ -30,6 +30,7 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+from deephealth.domain.rounds import ROUND_STEPS
 from infra.acknowledgements import acknowledge, acknowledge_wildcard_resource
 from infra.cluster_access import grant_cluster_access
 from infra.controller_config import ASSET_EXCLUDE, FUNCTIONS_DIR, REPO_ROOT
@@ -131,8 +132,6 @@ TABLE_ACTIONS = (
 )
 # The SSM call of the code (adapters/config_store.py, through Powertools' parameters utility).
 CONFIG_ACTIONS = ("ssm:GetParameter",)
-# The state machine's Task states, in the order of the ASL placeholders (`${<Id>FunctionArn}`).
-ROUND_TASKS = ("ClaimRound", "StartCheck", "PollCheck", "RecoverNodes", "FinishRound")
 # The functions that start check rounds (ROUND_STATE_MACHINE_ARN, states:StartExecution/DescribeExecution).
 ROUND_STARTERS = ("Intake", "Reconcile", "FinishRound", "Api")
 
@@ -161,7 +160,9 @@ def runtime_python() -> str | None:
     interpreter can write what the 3.13 runtime reads.
     """
     pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv") / "versions"
-    candidates = [str(d / "bin" / f"python{PYTHON_VERSION}") for d in sorted(pyenv.glob(f"{PYTHON_VERSION}.*"))]
+    candidates: list[str | None] = [
+        str(d / "bin" / f"python{PYTHON_VERSION}") for d in sorted(pyenv.glob(f"{PYTHON_VERSION}.*"))
+    ]
     candidates.append(shutil.which(f"python{PYTHON_VERSION}"))  # may be a pyenv shim: asked below, like the rest
     for candidate in filter(None, candidates):
         try:
@@ -405,4 +406,6 @@ class ControllerFunctions(Construct):
 
     @property
     def round_tasks(self) -> dict[str, ControllerFunction]:
-        return {name: self.functions[name] for name in ROUND_TASKS}
+        """The state machine's Task functions: the round's steps, in the order of the ASL placeholders
+        (``${<step>FunctionArn}``)."""
+        return {name: self.functions[name] for name in ROUND_STEPS}

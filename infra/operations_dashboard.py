@@ -23,12 +23,15 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
+from deephealth.domain.nodes import Verdict
 from infra.controller_config import ControllerConfig
 from infra.controller_functions import METRICS_NAMESPACE, SERVICE_NAME
 from infra.notifications import alarm_name
 
 PERIOD = Duration.minutes(5)
-VERDICTS = ("passed", "failed", "replaced-by-hyperpod", "skipped", "inconclusive", "gone")
+# Every verdict (domain/nodes.py; the controller counts each as metric `Verdict_<verdict>`), in the order of the
+# enum but `gone` last: it is the node's end, not a judgement of it.
+VERDICTS = tuple(v.value for v in sorted(Verdict, key=lambda v: v is Verdict.GONE))
 RECOVERY_METRICS = ("RebootRequests", "ReplaceRequests", "NodesRecovered")
 # Intake drops (tests/integration/test_bad_input_corpus.py) and the operator API's 4xx answers.
 BAD_INPUT_METRICS = ("MalformedEvents", "ForeignEvents", "IgnoredEvents", "RejectedRequests")
@@ -36,7 +39,9 @@ THROTTLED_THRESHOLD = 10  # throttled AWS calls (after botocore's retries) in on
 WIDTH = 8  # three widgets per row of 24
 
 
-def controller_metric(name: str, *, cluster: str | None = None, statistic: str = "Sum", label: str | None = None):
+def controller_metric(
+    name: str, *, cluster: str | None = None, statistic: str = "Sum", label: str | None = None
+) -> cw.Metric:
     dimensions = {"service": SERVICE_NAME} | ({"cluster": cluster} if cluster is not None else {})
     return cw.Metric(
         namespace=METRICS_NAMESPACE,

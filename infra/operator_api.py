@@ -1,7 +1,11 @@
 """The operators' REST API: API Gateway in front of the Api Lambda, every method IAM (SigV4) authorized.
 
-Routes (``ROUTES``) use the Lambda proxy integration; the Lambda routes and validates requests itself
-(Powertools ``APIGatewayRestResolver`` with pydantic), so there is no API Gateway request validator.
+Routes (``ROUTES``) are the Api handler's, read from its generated OpenAPI document ``docs/openapi.json``: a
+route added to ``handlers/api.py`` is deployed once ``make openapi`` has rewritten it (until then
+``tests/unit/test_openapi.py`` fails, and ``tests/infra/test_operations.py`` fails while the synthesized API and
+the handler's resolver differ). They use the Lambda proxy integration; the Lambda routes and validates
+requests itself (Powertools ``APIGatewayRestResolver`` with pydantic), so there is no API Gateway request
+validator.
 Stage ``v1``: JSON access logs (caller ARN included) to a log group with the configured retention,
 execution logging at ERROR without request/response data, X-Ray tracing, and stage-wide throttling.
 
@@ -25,6 +29,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from aws_cdk import Aws, Stack
 from aws_cdk import aws_apigateway as apigw
@@ -34,22 +39,28 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from infra.acknowledgements import acknowledge
-from infra.controller_config import BREAKER_RESETTERS_KEY, EVERY_CLUSTER, ConfigError
+from infra.controller_config import BREAKER_RESETTERS_KEY, EVERY_CLUSTER, REPO_ROOT, ConfigError
 
 STAGE_NAME = "v1"
 THROTTLE_RATE_RPS = 20
 THROTTLE_BURST = 40
+OPENAPI_DOCUMENT = REPO_ROOT / "docs" / "openapi.json"
+HTTP_METHODS = frozenset({"get", "put", "post", "delete", "options", "head", "patch"})
 # Closes a cluster's breaker or lifts a group's capacity hold: only the cluster's resetters (resetter_policy).
 RESET_ROUTE = ("POST", "/clusters/{cluster}/breakers/reset")
-ROUTES: tuple[tuple[str, str], ...] = (
-    ("GET", "/clusters"),
-    ("GET", "/clusters/{cluster}/groups"),
-    ("GET", "/clusters/{cluster}/nodes"),
-    ("GET", "/clusters/{cluster}/nodes/{node}"),
-    ("POST", "/clusters/{cluster}/checks"),
-    ("GET", "/clusters/{cluster}/breakers"),
-    RESET_ROUTE,
-)
+
+
+def openapi_routes(document: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """(HTTP method, path) of every operation of an OpenAPI document, in the order the resolver matches them
+    (paths without a parameter first, each kind in the order of the handler's decorators). The order is the
+    template's: of the methods, of the deployment's hash and of the resource policy's ``NotResource``."""
+    routes = [(m.upper(), path) for path, item in document["paths"].items() for m in item if m in HTTP_METHODS]
+    return tuple(sorted(routes, key=lambda route: "{" in route[1]))
+
+
+ROUTES = openapi_routes(json.loads(OPENAPI_DOCUMENT.read_text()))
+if RESET_ROUTE not in ROUTES:  # resetter_policy would guard a route that is not there, and leave the reset open
+    raise RuntimeError(f"{OPENAPI_DOCUMENT} has no route {' '.join(RESET_ROUTE)}: update RESET_ROUTE")
 
 # API Gateway's quota on a resource policy, in characters (adjustable; Service Quotas L-8B81B02C). Checked at
 # synth with the ARNs expanded as long as they get (the partition aws-us-gov, a 15-character region).
@@ -94,14 +105,17 @@ def resetter_policy(resetters: Mapping[str, Sequence[str]]) -> iam.PolicyDocumen
     everywhere = sorted(resetters.get(EVERY_CLUSTER, ()))
     clusters = sorted(c for c in resetters if c != EVERY_CLUSTER)
 
-    def deny(sid: str, patterns: list[str], **where: list[str]) -> iam.PolicyStatement:
+    def deny(
+        sid: str, patterns: list[str], *, resources: list[str] | None = None, not_resources: list[str] | None = None
+    ) -> iam.PolicyStatement:
         return iam.PolicyStatement(
             sid=sid,
             effect=iam.Effect.DENY,
             principals=[iam.AnyPrincipal()],
             actions=["execute-api:Invoke"],
             conditions={"ArnNotLike": {"aws:PrincipalArn": patterns}} if patterns else None,
-            **where,
+            resources=resources,
+            not_resources=not_resources,
         )
 
     statements = [
@@ -179,7 +193,9 @@ class OperatorApi(Construct):
             ),
         )
         # A changed resource policy only takes effect with a new deployment of the stage.
-        self.api.latest_deployment.add_to_logical_id({"resetters": {k: sorted(v) for k, v in resetters.items()}})
+        deployment = self.api.latest_deployment
+        assert deployment is not None  # RestApi deploys a stage unless deploy=False
+        deployment.add_to_logical_id({"resetters": {k: sorted(v) for k, v in resetters.items()}})
         # RestApi adds an `Endpoint` output of its own; the stack exports the URL as `ApiEndpoint`.
         self.api.node.try_remove_child("Endpoint")
 

@@ -14,15 +14,16 @@ from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_lambda as lambda_
 from constructs import Construct
 
+from deephealth.domain.events import CLUSTER_EVENT, NODE_HEALTH_EVENT, SOURCE, STATE_CHANGE_EVENT
 from infra.controller_config import ControllerConfig
 from infra.dead_letter_queue import DeadLetterQueue
 
-SOURCE = "aws.sagemaker"
-# construct id -> (detail-type, path of the cluster name inside `detail`)
+# construct id -> (detail-type, path of the cluster name inside `detail`), one rule per detail type Intake
+# classifies (domain/events.py; tests/infra/test_stack.py fails when a detail type has no rule).
 HYPERPOD_EVENTS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "ClusterEvent": ("SageMaker HyperPod Cluster Event", ("EventDetails", "ClusterName")),
-    "ClusterStateChange": ("SageMaker HyperPod Cluster State Change", ("ClusterName",)),
-    "NodeHealthEvent": ("SageMaker HyperPod Cluster Node Health Event", ("ClusterName",)),
+    "ClusterEvent": (CLUSTER_EVENT, ("EventDetails", "ClusterName")),
+    "ClusterStateChange": (STATE_CHANGE_EVENT, ("ClusterName",)),
+    "NodeHealthEvent": (NODE_HEALTH_EVENT, ("ClusterName",)),
 }
 TARGET_RETRY_ATTEMPTS = 4
 TARGET_MAX_EVENT_AGE = Duration.hours(2)
@@ -30,8 +31,8 @@ TARGET_MAX_EVENT_AGE = Duration.hours(2)
 
 def cluster_name_filter(path: tuple[str, ...], names: tuple[str, ...]) -> dict[str, Any]:
     """``("EventDetails", "ClusterName")`` -> ``{"EventDetails": {"ClusterName": [names...]}}``."""
-    pattern: Any = list(names)
-    for key in reversed(path):
+    pattern: dict[str, Any] = {path[-1]: list(names)}
+    for key in reversed(path[:-1]):
         pattern = {key: pattern}
     return pattern
 
