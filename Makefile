@@ -6,16 +6,23 @@ VENV := .venv
 PY := $(VENV)/bin/python
 CDK_CLI_VERSION := 2.1148.1
 CDK := $(VENV)/cdk-cli/node_modules/.bin/cdk
+DEV_PTH := hyperpod-dhc-dev.pth
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_DEFAULT_REGION ?= us-east-1
 
 .PHONY: install test lint unit integration infra simulation synth demo bench coldstart faults openapi clean
 
-$(VENV)/.installed: pyproject.toml
+# The dev venv: the pinned stack (`dev` group), the operator CLI `hpdhc` as an operator gets it (editable: its
+# one dependency, boto3, is already in the group), and a .pth putting the repository root and functions/ on the
+# venv's path, so `python -m infra.app`, `python -m tests.twin`, `python -m tests.bench.run` and
+# `hpdhc simulate` work from $(VENV) without packaging the Lambda code, the CDK app or the tests.
+$(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -U 'pip>=25.1'
 	$(PY) -m pip install -q --disable-pip-version-check --group dev
-	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .  # the hpdhc console script
+	$(PY) -m pip install -q --disable-pip-version-check -e .
+	rm -rf functions/*.egg-info  # setuptools' build leftover beside hpdhc/: functions/ is also the Lambda asset
+	$(PY) -c 'import pathlib, sys, sysconfig; pathlib.Path(sysconfig.get_path("purelib"), "$(DEV_PTH)").write_text("".join(p + "\n" for p in sys.argv[1:]))' "$(CURDIR)" "$(CURDIR)/functions"
 	touch $@
 
 $(CDK):
@@ -26,6 +33,7 @@ install: $(VENV)/.installed $(CDK)
 lint: install
 	$(VENV)/bin/ruff check infra functions tests
 	$(VENV)/bin/ruff format --check infra functions tests
+	$(VENV)/bin/mypy functions infra tests/harness tests/twin  # strict on functions/ (pyproject.toml)
 
 test: install lint
 	$(PY) -m pytest -n 2 --dist loadgroup
@@ -72,4 +80,4 @@ synth: install
 	@ls cdk.out/*.template.json
 
 clean:
-	rm -rf $(VENV) cdk.out .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) cdk.out .pytest_cache .ruff_cache *.egg-info functions/*.egg-info build

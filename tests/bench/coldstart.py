@@ -15,9 +15,10 @@ every handler alike; with ``--baseline DIR`` another ``functions/`` tree (e.g. f
 functions``) is measured in the same interleaving, for a before/after table.
 
 Sizes, unzipped: the function asset as ``infra/controller_functions.py`` packages it (``functions/``
-without ``__pycache__`` and ``*.pyc``), and the dependency layer: the synthesized asset under ``cdk.out/``
-when there is one, otherwise built the way the CDK app builds it (``PipInstall``: local pip, Linux ARM64,
-CPython 3.13 wheels) into ``.build/coldstart/`` and reused from there.
+without what ``infra.controller_config.ASSET_EXCLUDE`` names: bytecode and the operator CLI), and the
+dependency layer: the synthesized asset under ``cdk.out/`` when there is one, otherwise built the way the CDK
+app builds it (``PipInstall``: local pip, Linux ARM64, CPython 3.13 wheels) into ``.build/coldstart/`` and
+reused from there.
 
 ``--no-pyc``: our code and the third-party packages are compiled from source on every run, as a Lambda
 without bytecode does (the asset excludes ``*.pyc``, and /var/task and /opt are read-only there, so nothing
@@ -38,6 +39,7 @@ from __future__ import annotations
 import argparse
 import atexit
 import datetime as dt
+import fnmatch
 import functools
 import hashlib
 import json
@@ -270,7 +272,7 @@ def measure_runtime(handlers: list[str], runs: int) -> dict:
     layer = build_layer(f"manylinux2014_{platform.machine()}") / "python"
     with tempfile.TemporaryDirectory(prefix="coldstart-functions-") as tmp:
         functions = Path(tmp) / "functions"  # as packaged: no bytecode of ours
-        shutil.copytree(FUNCTIONS_DIR, functions, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+        shutil.copytree(FUNCTIONS_DIR, functions, ignore=shutil.ignore_patterns(*asset_exclude()))
         modes = {"source": Runtime(python, layer, False), "bytecode": Runtime(python, layer, True)}
         samples: dict[tuple[str, str], list[Sample]] = {(m, h): [] for m in modes for h in handlers}
         for _ in range(runs):
@@ -308,21 +310,35 @@ def runtime_table(report: dict) -> str:
 # ---------------------------------------------------------------- sizes
 
 
-def tree_size(root: Path, skip_dirs: tuple[str, ...] = (), skip_suffixes: tuple[str, ...] = ()) -> dict:
+def asset_exclude() -> tuple[str, ...]:
+    """What the CDK app leaves out of the function asset: glob patterns, each matched against a file's or a
+    directory's name (``lambda_.Code.from_asset(functions/, exclude=ASSET_EXCLUDE)``)."""
+    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+    from infra.controller_config import ASSET_EXCLUDE
+
+    return ASSET_EXCLUDE
+
+
+def tree_size(root: Path, exclude: tuple[str, ...] = ()) -> dict:
+    """Bytes and files under `root`, leaving out files and directories whose name matches a pattern of `exclude`."""
+
+    def kept(name: str) -> bool:
+        return not any(fnmatch.fnmatchcase(name, pattern) for pattern in exclude)
+
     total = files = 0
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in skip_dirs]
-        for name in filenames:
-            if not name.endswith(skip_suffixes):
-                total += (Path(dirpath) / name).lstat().st_size
-                files += 1
+        dirnames[:] = [d for d in dirnames if kept(d)]
+        for name in filter(kept, filenames):
+            total += (Path(dirpath) / name).lstat().st_size
+            files += 1
     return {"bytes": total, "mb": round(total / 1e6, 2), "files": files}
 
 
 def function_asset_size(functions: Path = FUNCTIONS_DIR) -> dict:
-    """``lambda_.Code.from_asset(functions/, exclude=["__pycache__", "*.pyc"])``, unzipped."""
-    size = tree_size(functions, skip_dirs=("__pycache__",), skip_suffixes=(".pyc",))
-    return {**size, "source": f"{_shown(functions)} as packaged (without __pycache__, *.pyc)"}
+    """``lambda_.Code.from_asset(functions/, exclude=ASSET_EXCLUDE)``, unzipped."""
+    exclude = asset_exclude()
+    size = tree_size(functions, exclude)
+    return {**size, "source": f"{_shown(functions)} as packaged (without {', '.join(exclude)})"}
 
 
 def layer_size() -> dict:

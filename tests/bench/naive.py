@@ -67,7 +67,7 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from tests.fakes.hyperpod import CHECK_START_DELAY_S, Clock, Cluster, GroupSpec, install
-from tests.twin.engine import REGION
+from tests.harness.engine import REGION
 from tests.twin.scenario import Scenario
 from tests.twin.simulation import CONTROLLER_GROUP, SimulatedHyperPod
 

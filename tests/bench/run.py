@@ -40,7 +40,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from tests.twin.cli import REPO_ROOT, hm, table
+from hpdhc.render import hm, table
+from tests.twin.__main__ import REPO_ROOT
 
 SCENARIOS = ("bench-128", "bench-burst-500", "bench-1000", "bench-10000")
 SCENARIO_DIR = REPO_ROOT / "tests" / "scenarios"
@@ -312,7 +313,7 @@ def run_ours(
 def _count_calls_by_function(sim: Any) -> dict[str, Counter]:
     """SageMaker calls by the function that made them (the Lambda invocation running on the calling thread):
     the fake's boundary is wrapped, so the counts add up to `sim.calls`."""
-    from tests.twin import moto_patches
+    from tests.harness import moto_patches
 
     counts: dict[str, Counter] = {}
     handle = sim.handle
@@ -332,8 +333,8 @@ def _run_twin(twin: Any, wall_budget_s: float | None) -> tuple[float, bool]:
     Returns (wall seconds, whether the run was cut short)."""
     if wall_budget_s is None:
         return twin.run(), False
-    from tests.twin import moto_patches
-    from tests.twin.engine import STEP_S
+    from tests.harness import moto_patches
+    from tests.harness.engine import STEP_S
 
     wall0 = time.monotonic()
     start = twin.clock.now()
@@ -661,11 +662,11 @@ def run_scenario(
     wall_budget_s: float | None = None,
 ) -> dict[str, Side]:
     """Both controllers (or those asked for) on one scenario (a name under tests/scenarios/ or a path)."""
+    from tests.harness.synth import base_config, synthesized_template
+    from tests.harness.template import ControllerTemplate
     from tests.twin.scenario import load_scenario
-    from tests.twin.synth import synthesized_template
-    from tests.twin.template import ControllerTemplate
 
-    base = json.loads((REPO_ROOT / "cdk.json").read_text())["context"].get("hyperpod-dhc", {})
+    base = base_config()
     scenario, config = load_scenario(scenario_path(name), base)
     template = template or ControllerTemplate(synthesized_template())
     sides: dict[str, Side] = {}
@@ -708,8 +709,8 @@ def main(argv: list[str] | None = None) -> int:
     # One sink for the Lambdas' JSON logs for the whole run: Powertools' logger keeps the stream it first saw.
     sink_path = args.lambda_log or os.devnull
     with open(sink_path, "w") as sink, contextlib.redirect_stdout(sink):
-        from tests.twin.synth import synthesized_template
-        from tests.twin.template import ControllerTemplate
+        from tests.harness.synth import synthesized_template
+        from tests.harness.template import ControllerTemplate
 
         template = ControllerTemplate(synthesized_template())
         for name in names:

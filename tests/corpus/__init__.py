@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).parent
-# The account and region of the twin (tests/twin/engine.py) and of the HyperPod fake.
+# The account and region of the twin (tests/harness/engine.py) and of the HyperPod fake.
 ACCOUNT, REGION = "123456789012", "us-east-1"
 _FIXTURE_ACCOUNT, _FIXTURE_REGION = "111122223333", "us-west-2"  # of the documented samples in tests/events
 

@@ -12,8 +12,8 @@ os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 from aws_cdk.assertions import Template
 
 from infra.stack import HyperPodDhcStack
-from tests.infra import synth
-from tests.infra.asl import round_definition, round_task_functions
+from tests.harness import synth
+from tests.harness.asl import round_definition, round_task_functions
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -1,6 +1,6 @@
 """Who may reset what: `hyperpod-dhc:breaker-resetters` and the operator API's resource policy.
 
-The policy is pinned statement by statement, and evaluated (tests/twin/api_gateway.py, the evaluator the
+The policy is pinned statement by statement, and evaluated (tests/harness/api_gateway.py, the evaluator the
 twin answers with) for principals and routes: shipped empty, nobody may reset any cluster and every other
 route is untouched; configured, a cluster's resetters are its own patterns plus those of "*".
 """
@@ -17,10 +17,10 @@ from deephealth.domain.policy import ConfigError
 from infra.controller_config import BREAKER_RESETTERS_KEY
 from infra.operator_api import POLICY_LENGTH_QUOTA, RESET_ROUTE, ROUTES, expand_longest
 from infra.stack import HyperPodDhcStack
-from tests.infra import synth
+from tests.harness import api_gateway as gw
+from tests.harness import synth
 from tests.infra.test_operations import one, synth_with
 from tests.infra.test_stack import as_list, render, resources
-from tests.twin import api_gateway as gw
 
 ACCOUNT = "123456789012"
 ON_CALL = f"arn:aws:iam::{ACCOUNT}:role/HyperPodOnCall*"

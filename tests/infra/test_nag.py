@@ -15,7 +15,7 @@ import pytest
 
 import infra.acknowledgements
 from infra.app import build
-from tests.infra import synth
+from tests.harness import synth
 
 ACKNOWLEDGED = "aws:cdk:acknowledged-rules"
 GENERIC = re.compile(r"^(ok|n/?a|fine|needed|required|wildcard|todo|suppress(ed)?)\W*$", re.IGNORECASE)

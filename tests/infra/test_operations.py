@@ -3,31 +3,40 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from typing import Any
+from unittest import mock
 
 import pytest
 from aws_cdk.assertions import Template
 
+from deephealth.domain.nodes import Verdict
 from deephealth.domain.policy import ConfigError
 from infra.audit_queries import NAMES as QUERY_NAMES
 from infra.controller_config import NOTIFICATION_EMAIL_KEY
 from infra.controller_functions import FUNCTIONS
-from infra.operations_dashboard import BAD_INPUT_METRICS, RECOVERY_METRICS, VERDICTS
-from infra.operator_api import ROUTES
+from infra.operations_dashboard import BAD_INPUT_METRICS, RECOVERY_METRICS
+from infra.operator_api import ROUTES, openapi_routes
 from infra.stack import HyperPodDhcStack
-from tests.infra import synth
+from tests.harness import synth
 from tests.infra.test_stack import as_list, function_statements, functions, render, resources
 
-EXPECTED_ROUTES = {
-    ("GET", "/clusters"),
-    ("GET", "/clusters/{cluster}/groups"),
-    ("GET", "/clusters/{cluster}/nodes"),
-    ("GET", "/clusters/{cluster}/nodes/{node}"),
-    ("POST", "/clusters/{cluster}/checks"),
-    ("GET", "/clusters/{cluster}/breakers"),
-    ("POST", "/clusters/{cluster}/breakers/reset"),
+# What the Api handler's module needs in its environment to be imported (it builds its dependencies then).
+API_ENV = {
+    "TABLE_NAME": "-",
+    "CONFIG_PARAMETER_NAME": "-",
+    "ROUND_STATE_MACHINE_ARN": "arn:aws:states:us-east-1:123456789012:stateMachine:-",
 }
+VERDICT_METRICS = [f"Verdict_{v.value}" for v in Verdict]  # what the controller counts, one per verdict
+
+
+def handler_routes() -> set[tuple[str, str]]:
+    """(HTTP method, path) of every route of the Api handler's resolver, now (not the committed document's)."""
+    with mock.patch.dict(os.environ, API_ENV):
+        from deephealth.handlers.api import openapi_json
+
+        return set(openapi_routes(json.loads(openapi_json())))
 
 
 def one(template_json: dict[str, Any], type_: str) -> tuple[str, dict[str, Any]]:
@@ -59,16 +68,21 @@ def synth_with(context: dict[str, Any]) -> dict[str, Any]:
 # ---------------------------------------------------------------- operator API
 
 
-def test_routes_are_exactly_the_five_operator_routes(template_json: dict[str, Any]) -> None:
-    assert set(ROUTES) == EXPECTED_ROUTES
-    assert set(method_paths(template_json)) == EXPECTED_ROUTES
+def test_api_serves_exactly_the_handler_routes(template_json: dict[str, Any]) -> None:
+    """A route of the resolver that API Gateway lacks answers 403 once deployed; one API Gateway has and the
+    resolver lacks answers 404. Both fail here (run `make openapi` after changing the routes)."""
+    routes = handler_routes()
+    assert routes
+    synthesized = set(method_paths(template_json))
+    assert not routes - synthesized, f"routes of handlers/api.py missing from the API: {sorted(routes - synthesized)}"
+    assert not synthesized - routes, f"API methods handlers/api.py does not serve: {sorted(synthesized - routes)}"
 
 
 def test_every_method_is_iam_authorized_lambda_proxy(template_json: dict[str, Any]) -> None:
     api_function = next(lid for lid, res in resources(template_json, "AWS::Lambda::Function").items()
                         if res["Properties"]["Handler"] == FUNCTIONS["Api"].handler)  # fmt: skip
     methods = resources(template_json, "AWS::ApiGateway::Method")
-    assert len(methods) == len(EXPECTED_ROUTES)
+    assert len(methods) == len(ROUTES)
     for lid, method in methods.items():
         props = method["Properties"]
         assert props["AuthorizationType"] == "AWS_IAM", lid
@@ -84,7 +98,7 @@ def test_api_gateway_may_invoke_the_api_function_only_per_route_of_the_stage(tem
         for p in resources(template_json, "AWS::Lambda::Permission").values()
         if p["Properties"]["Principal"] == "apigateway.amazonaws.com"
     }  # no test-invoke permissions (they would name no stage)
-    assert sources == {method + re.sub(r"\{\w+\}", "*", path) for method, path in EXPECTED_ROUTES}
+    assert sources == {method + re.sub(r"\{\w+\}", "*", path) for method, path in ROUTES}
 
 
 def test_stage_v1_logs_traces_and_throttles(template_json: dict[str, Any]) -> None:
@@ -211,14 +225,13 @@ def test_dashboard_shows_every_controller_metric(template_json: dict[str, Any]) 
     shown = controller_metrics(body)
     metrics = [
         "NodesChecked",
-        *(f"Verdict_{v}" for v in VERDICTS),
+        *VERDICT_METRICS,
         *RECOVERY_METRICS,
         "NodesQuarantined",
         "ReadyToVerdictSeconds",
         *BAD_INPUT_METRICS,
         "Throttled",
     ]
-    assert set(VERDICTS) == {"passed", "failed", "replaced-by-hyperpod", "skipped", "inconclusive", "gone"}
     for metric in metrics:
         assert (metric, frozenset({SERVICE})) in shown, metric
     assert {dims for _, dims in shown} == {frozenset({SERVICE})}  # clusters: "all" has no per-cluster rows
@@ -232,7 +245,7 @@ def test_dashboard_shows_every_controller_metric(template_json: dict[str, Any]) 
 def test_named_clusters_get_a_row_each(scoped_template_json: dict[str, Any]) -> None:
     _, body = dashboard_body(scoped_template_json)
     shown = controller_metrics(body)
-    node_metrics = ["NodesChecked", *(f"Verdict_{v}" for v in VERDICTS), *RECOVERY_METRICS, "NodesQuarantined"]
+    node_metrics = ["NodesChecked", *VERDICT_METRICS, *RECOVERY_METRICS, "NodesQuarantined"]
     for cluster in ("train-a", "train-b"):
         for metric in [*node_metrics, "ReadyToVerdictSeconds"]:
             assert (metric, frozenset({SERVICE, ("cluster", cluster)})) in shown, (cluster, metric)

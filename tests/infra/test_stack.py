@@ -12,15 +12,16 @@ import pytest
 from aws_cdk import Stack
 from aws_cdk.assertions import Match, Template
 
+from deephealth.domain.events import CLUSTER_EVENT, DETAIL_TYPES, NODE_HEALTH_EVENT, SOURCE, STATE_CHANGE_EVENT
 from deephealth.domain.policy import ConfigError, parse_config
+from deephealth.domain.rounds import ROUND_STEPS
 from infra.controller_config import read_deletion_protection
-from infra.controller_functions import FUNCTIONS, PYTHON_VERSION, ROUND_TASKS, compile_bytecode, runtime_python
+from infra.controller_functions import FUNCTIONS, PYTHON_VERSION, compile_bytecode, runtime_python
 from infra.nodes_table import NodesTable
 from infra.round_workflow import DEFINITION_FILE
 from infra.stack import HyperPodDhcStack
-from infra.triggers import HYPERPOD_EVENTS
-from tests.infra import synth
-from tests.infra.asl import construct_id, round_definition, round_task_functions
+from tests.harness import synth
+from tests.harness.asl import construct_id, round_definition, round_task_functions
 
 CLUSTERS = "arn:<AWS::Partition>:sagemaker:<AWS::Region>:<AWS::AccountId>:cluster/*"
 CHECK_LOGS = "arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/sagemaker/Clusters/*"
@@ -89,13 +90,13 @@ def asl(resolved_definition: str) -> dict[str, Any]:
 def test_one_rule_per_hyperpod_detail_type_targets_intake(template_json: dict[str, Any]) -> None:
     rules = resources(template_json, "AWS::Events::Rule").values()
     patterns = [r["Properties"]["EventPattern"] for r in rules if "EventPattern" in r["Properties"]]
-    assert sorted(p["detail-type"][0] for p in patterns) == sorted(dt for dt, _ in HYPERPOD_EVENTS.values())
+    assert sorted(p["detail-type"][0] for p in patterns) == sorted(DETAIL_TYPES)  # every type Intake classifies
     intake = next(lid for lid in resources(template_json, "AWS::Lambda::Function") if "Intake" in lid)
     for rule in rules:
         props = rule["Properties"]
         if "EventPattern" not in props:
             continue
-        assert props["EventPattern"]["source"] == ["aws.sagemaker"]
+        assert props["EventPattern"]["source"] == [SOURCE]
         assert "detail" not in props["EventPattern"]  # clusters: "all"
         (target,) = props["Targets"]
         assert target["Arn"] == {"Fn::GetAtt": [intake, "Arn"]}
@@ -128,9 +129,9 @@ def test_named_clusters_scope_rules_by_cluster_name(scoped_template_json: dict[s
         for r in resources(scoped_template_json, "AWS::Events::Rule").values()
         if "EventPattern" in r["Properties"]
     }
-    assert patterns["SageMaker HyperPod Cluster Event"]["detail"] == {"EventDetails": {"ClusterName": names}}
-    assert patterns["SageMaker HyperPod Cluster State Change"]["detail"] == {"ClusterName": names}
-    assert patterns["SageMaker HyperPod Cluster Node Health Event"]["detail"] == {"ClusterName": names}
+    assert patterns[CLUSTER_EVENT]["detail"] == {"EventDetails": {"ClusterName": names}}
+    assert patterns[STATE_CHANGE_EVENT]["detail"] == {"ClusterName": names}
+    assert patterns[NODE_HEALTH_EVENT]["detail"] == {"ClusterName": names}
 
 
 def test_list_clusters_only_when_watching_all(
@@ -167,7 +168,7 @@ def test_state_machine_is_standard_logs_all_and_traces(template: Template, templ
 def test_resolved_definition_is_the_asl_file_with_arns_substituted(
     resolved_definition: str, function_arns: dict[str, str]
 ) -> None:
-    assert set(function_arns) == set(ROUND_TASKS)
+    assert set(function_arns) == set(ROUND_STEPS)
     expected = DEFINITION_FILE.read_text()
     for name, arn in function_arns.items():
         expected = expected.replace(f"${{{name}FunctionArn}}", arn)
@@ -196,12 +197,12 @@ def test_every_lambda_task_retries_service_errors_and_is_caught(asl: dict[str, A
     tasks = {name: s for name, s in states.items() if s["Type"] == "Task"}
     assert tasks
     catch_targets = {c["Next"] for s in states.values() for c in s.get("Catch", [])}
+    transient: dict[str, dict[str, Any]] = {}  # Task -> its retrier of transient errors
     for name, state in tasks.items():
         assert state["Resource"].startswith("arn:aws:lambda:"), name
-        retried = {e for r in state.get("Retry", []) for e in r["ErrorEquals"]}
-        assert "Lambda.ServiceException" in retried, name
+        (transient[name],) = [r for r in state.get("Retry", []) if "Lambda.ServiceException" in r["ErrorEquals"]]
         # Our adapters' names for throttling and 5xx of any AWS service (issue 11, defect 2).
-        assert {"Throttled", "TransientError"} <= retried, name
+        assert {"Throttled", "TransientError"} <= set(transient[name]["ErrorEquals"]), name
         if name in catch_targets:
             # The handler of caught failures must not catch itself: it ends the execution failed. It retries
             # anything a few times first: when it fails, the lease and the claimed nodes wait for Reconcile.
@@ -210,6 +211,10 @@ def test_every_lambda_task_retries_service_errors_and_is_caught(asl: dict[str, A
             assert states[state["Next"]]["Type"] == "Fail", name
         else:
             assert any("States.ALL" in c["ErrorEquals"] for c in state.get("Catch", [])), name
+    # The ASL file repeats that retrier on every Task: the copies stay one block (errors and timing alike).
+    first, *others = tasks
+    for name in others:
+        assert transient[name] == transient[first], f"{name!r} retries transient errors unlike {first!r}"
 
 
 def test_state_machine_invokes_exactly_the_task_functions(template_json: dict[str, Any]) -> None:
@@ -218,7 +223,7 @@ def test_state_machine_invokes_exactly_the_task_functions(template_json: dict[st
     invoke = [s for s in statements_of_role(template_json, role) if "lambda:InvokeFunction" in as_list(s["Action"])]
     invoked = {render(r).split(".Arn>")[0].lstrip("<") for s in invoke for r in as_list(s["Resource"])}
     names = {construct_id(template_json["Resources"], lid) for lid in invoked}
-    assert names == set(ROUND_TASKS)
+    assert names == set(ROUND_STEPS)
 
 
 def test_only_starters_start_and_describe_rounds(template_json: dict[str, Any]) -> None:

@@ -1,9 +1,9 @@
 import pytest
 
 from tests.fakes.hyperpod import Clock, FakeHyperPod
-from tests.twin.engine import Harness
-from tests.twin.synth import synthesized_template
-from tests.twin.template import ControllerTemplate
+from tests.harness.engine import Harness
+from tests.harness.synth import synthesized_template
+from tests.harness.template import ControllerTemplate
 
 
 @pytest.fixture(scope="session")

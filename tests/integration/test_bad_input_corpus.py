@@ -20,8 +20,8 @@ import pytest
 from deephealth.domain.nodes import FINAL_STATES
 from tests.corpus import load_cases
 from tests.fakes.hyperpod import Clock, FakeHyperPod, GroupSpec
-from tests.twin.api_gateway import proxy_event
-from tests.twin.engine import REGION, TABLE_NAME, Harness
+from tests.harness.api_gateway import proxy_event
+from tests.harness.engine import REGION, TABLE_NAME, Harness
 
 CONFIG = {"clusters": ["demo"], "defaults": {"gather_window_s": 0}}
 EVENT_CASES = load_cases("events.json")

@@ -9,10 +9,10 @@ import pytest
 
 from infra.controller_config import BREAKER_RESETTERS_KEY
 from tests.fakes.hyperpod import GroupSpec
-from tests.twin import api_gateway as gw
-from tests.twin.engine import Harness
-from tests.twin.synth import TWIN_OPERATOR, synthesized_template
-from tests.twin.template import ControllerTemplate
+from tests.harness import api_gateway as gw
+from tests.harness.engine import Harness
+from tests.harness.synth import TWIN_OPERATOR, synthesized_template
+from tests.harness.template import ControllerTemplate
 
 ACCOUNT = gw.ACCOUNT
 RESETTERS = {

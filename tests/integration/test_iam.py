@@ -1,4 +1,4 @@
-"""The IAM check of the harness (tests/twin/iam.py): the evaluator, the request mapping, and denials answered as
+"""The IAM check of the harness (tests/harness/iam.py): the evaluator, the request mapping, and denials answered as
 AWS answers them, in each service's own error shape."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.fakes.hyperpod import Clock, FakeHyperPod, GroupSpec
-from tests.twin import iam, moto_patches
-from tests.twin.engine import ACCOUNT, CONFIG_PARAMETER_NAME, REGION, SCHEDULED_EVENT, TABLE_NAME, Harness
-from tests.twin.template import ControllerTemplate
+from tests.harness import iam, moto_patches
+from tests.harness.engine import ACCOUNT, CONFIG_PARAMETER_NAME, REGION, SCHEDULED_EVENT, TABLE_NAME, Harness
+from tests.harness.template import ControllerTemplate
 
 TABLE = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{TABLE_NAME}"
 KEY = f"arn:aws:kms:{REGION}:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"

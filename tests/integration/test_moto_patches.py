@@ -1,4 +1,4 @@
-"""Fails loudly when moto's internals that `tests/twin/moto_patches.py` replaces move or change shape."""
+"""Fails loudly when moto's internals that `tests/harness/moto_patches.py` replaces move or change shape."""
 
 import inspect
 

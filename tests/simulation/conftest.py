@@ -1,15 +1,12 @@
-import json
-
 import pytest
 
-from tests.twin.cli import REPO_ROOT
+from tests.harness.synth import base_config, synthesized_template
+from tests.harness.template import ControllerTemplate
 from tests.twin.report import build_report
 from tests.twin.scenario import Scenario
 from tests.twin.simulation import Twin
-from tests.twin.synth import synthesized_template
-from tests.twin.template import ControllerTemplate
 
-BASE_CONFIG = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]["hyperpod-dhc"]
+BASE_CONFIG = base_config()
 
 
 @pytest.fixture(scope="session")

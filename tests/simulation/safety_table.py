@@ -12,15 +12,15 @@ import sys
 import warnings
 from typing import TextIO
 
+from hpdhc.render import table
+from tests.harness.synth import synthesized_template
+from tests.harness.template import ControllerTemplate
 from tests.simulation.conftest import BASE_CONFIG
 from tests.simulation.test_fault_tolerance import SCENARIOS
 from tests.simulation.test_safety import bad_ami
-from tests.twin.cli import table
 from tests.twin.report import build_report
 from tests.twin.scenario import Scenario
 from tests.twin.simulation import Twin
-from tests.twin.synth import synthesized_template
-from tests.twin.template import ControllerTemplate
 
 
 def run(raw: dict, template: ControllerTemplate) -> dict:

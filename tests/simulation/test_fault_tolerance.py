@@ -16,8 +16,8 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from tests.twin import moto_patches
-from tests.twin.cli import REPO_ROOT
+from tests.harness import moto_patches
+from tests.twin.__main__ import REPO_ROOT
 from tests.twin.faults import ApiFaults
 from tests.twin.scenario import load_scenario
 

@@ -1,5 +1,5 @@
 """IAM on the twin: a missing grant is refused as AWS refuses it, every scenario file runs without a refusal,
-and the synthesized grants are exactly what the controller uses (tests/twin/iam.py evaluates every request).
+and the synthesized grants are exactly what the controller uses (tests/harness/iam.py evaluates every request).
 
 Scenario files too slow for the suite run with their horizon capped (`HORIZON_CAP_S`): a file of more than
 `LARGE_NODES` nodes stops after `LARGE_HORIZON_S` of virtual time, enough for its first arrivals to be listed,
@@ -18,12 +18,12 @@ from deephealth.domain.nodes import NodeState
 from infra.controller_functions import TABLE_ACTIONS
 from tests.conftest import load_event
 from tests.corpus import localize
+from tests.harness.iam import EVENTBRIDGE_PRINCIPAL, STATE_MACHINE_PRINCIPAL
+from tests.harness.template import ControllerTemplate
 from tests.simulation.conftest import BASE_CONFIG
-from tests.twin.iam import EVENTBRIDGE_PRINCIPAL, STATE_MACHINE_PRINCIPAL
 from tests.twin.report import build_report
 from tests.twin.scenario import Scenario, load_scenario
 from tests.twin.simulation import Twin
-from tests.twin.template import ControllerTemplate
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 FILES = sorted(p.name for p in SCENARIOS.glob("*.json"))
@@ -41,7 +41,7 @@ FAST_CHECKS = {"InstanceStress": [1800, 2400]}
 # short run), with that path: still granted, and listed so that a grant nobody needs cannot hide among them
 # (the test fails once one is used: then it goes from here).
 _STARTS = "ensure_round (adapters/round_starter.py `_running`): a start that meets ExecutionAlreadyExists"
-_OBSERVES = "observe_cluster -> _fold: a node whose check started has left it, so the result logs are read"
+_OBSERVES = "observe_cluster -> fold: a node whose check started has left it, so the result logs are read"
 NOT_EXERCISED: dict[tuple[str, str], str] = {
     ("Api", "states:DescribeExecution"): f"POST /checks, breaker reset -> {_STARTS}",
     ("FinishRound", "states:DescribeExecution"): f"finish_round -> {_STARTS}",
@@ -50,9 +50,9 @@ NOT_EXERCISED: dict[tuple[str, str], str] = {
     ("ClaimRound", "logs:FilterLogEvents"): f"claim_round -> {_OBSERVES}",
     ("StartCheck", "logs:FilterLogEvents"): f"start_check -> {_OBSERVES}",
     ("Intake", "logs:FilterLogEvents"): f"handle_signal -> reconcile_cluster -> {_OBSERVES}",
-    ("Intake", "sns:Publish"): "handle_signal -> _node_signal -> _save -> _announce: an Unhealthy report "
+    ("Intake", "sns:Publish"): "handle_signal -> _node_signal -> save -> publish: an Unhealthy report "
     "HyperPod confirms fails the node (node-failed)",
-    ("StartCheck", "sns:Publish"): "start_check -> _shadow_checks: dry-run announces the check it would start",
+    ("StartCheck", "sns:Publish"): "start_check -> shadow_checks: dry-run announces the check it would start",
     ("StartCheck", "kms:GenerateDataKey"): "the topic's key, with StartCheck's sns:Publish",
     ("StartCheck", "kms:Decrypt"): "the topic's key, with StartCheck's sns:Publish",
 }

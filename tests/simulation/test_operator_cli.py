@@ -1,10 +1,19 @@
-"""Every `hpdhc` operator command end to end: CLI -> SigV4 HTTP -> the twin's API -> the real Api handler."""
+"""Every `hpdhc` operator command end to end: CLI -> SigV4 HTTP -> the twin's API -> the real Api handler; and
+`hpdhc` as operators install it: the wheel in a fresh venv, with boto3 and nothing of the checkout."""
 
 import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
 
 import pytest
 
-from tests.twin.cli import main
+from hpdhc.cli import main
+from tests.twin.__main__ import REPO_ROOT
 from tests.twin.local_api import endpoint, serve
 from tests.twin.scenario import Scenario
 from tests.twin.simulation import Twin
@@ -23,11 +32,14 @@ SCENARIO = {
     "policy": {"defaults": {"gather_window_s": 0}},
 }
 
+# One twin serves every test here; the wheel test also builds and installs (one worker under --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("operator_cli")
+
 
 @pytest.fixture(scope="module")
 def api(request):
-    from tests.twin.synth import synthesized_template
-    from tests.twin.template import ControllerTemplate
+    from tests.harness.synth import synthesized_template
+    from tests.harness.template import ControllerTemplate
 
     scenario = Scenario.model_validate(SCENARIO)
     twin = Twin(scenario, ControllerTemplate(synthesized_template()), scenario.controller_config(BASE_CONFIG))
@@ -87,3 +99,62 @@ def test_breakers_shows_budgets_and_a_reset_of_a_closed_breaker_changes_nothing(
     assert code == 0 and "nothing reset: the breaker is not open" in out
     code, out = _run(capsys, "reset-breaker", "cli", "--group", "bad group!", "--reason", "drill", *ep)
     assert code == 2 and "HTTP 422" in out
+
+
+def test_nodes_shows_each_node_beside_its_instance_id(api, capsys):
+    _, ep = api
+    _, out = _run(capsys, "nodes", "cli", "--json", *ep)
+    pairs = [[n["node"], n["instance_id"]] for n in _json(out)]
+    code, out = _run(capsys, "nodes", "cli", *ep)
+    rows = [line.split() for line in out.splitlines() if line.strip()]
+    assert code == 0 and ["node", "instance", "group", "state"] in [r[:4] for r in rows]
+    assert len(pairs) == 4 and all(pair in [r[:2] for r in rows] for pair in pairs)
+
+
+def test_the_wheel_is_the_cli_alone_and_works_from_a_fresh_venv(api, tmp_path):
+    """What an operator's `pip install` gets: hpdhc with boto3 (from pip's configured index), and no tests,
+    infra or deephealth. The build runs in a copy: setuptools writes build/ and *.egg-info beside the sources."""
+    _, ep = api
+    started = time.monotonic()
+    source, dist, venv = tmp_path / "source", tmp_path / "dist", tmp_path / "venv"
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
+    for part in ("functions", "infra", "tests"):
+        shutil.copytree(REPO_ROOT / part, source / part, ignore=skip)
+    shutil.copy(REPO_ROOT / "pyproject.toml", source)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(dist), str(source)], env=env, check=True)
+    (wheel,) = dist.glob("hyperpod_dhc-*.whl")
+    dist_info = wheel.name.split("-py3")[0] + ".dist-info"
+    with zipfile.ZipFile(wheel) as archive:
+        assert {name.split("/")[0] for name in archive.namelist()} == {"hpdhc", dist_info}
+        metadata = archive.read(f"{dist_info}/METADATA").decode().splitlines()
+    assert [line for line in metadata if line.startswith("Requires-Dist:")] == ["Requires-Dist: boto3>=1.40"]
+
+    # A venv without pip of its own (ensurepip alone takes ~8 s): this venv's pip installs into it.
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], env=env, check=True)
+    python = venv / "bin" / "python"
+    subprocess.run([*pip, "--python", str(python), "install", str(wheel)], env=env, check=True)
+    site = Path(
+        subprocess.check_output(
+            [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], text=True
+        ).strip()
+    )
+    installed = {p.name for p in site.iterdir()}
+    assert {"hpdhc", "boto3", "botocore"} <= installed
+    assert not installed & {"tests", "infra", "deephealth"}, installed
+    assert not [name for name in installed if name.endswith(".pth")], "nothing puts a checkout on the path"
+
+    def hpdhc(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [venv / "bin" / "hpdhc", *argv], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=60
+        )
+
+    shown = hpdhc("--help")
+    assert shown.returncode == 0 and all(c in shown.stdout for c in ("status", "nodes", "reset-breaker", "simulate"))
+    status = hpdhc("status", *ep)
+    assert status.returncode == 0, status.stderr
+    assert "cli" in status.stdout and "passed" in status.stdout
+    simulate = hpdhc("simulate", "--json")
+    assert simulate.returncode == 2 and "simulate needs a checkout of hyperpod-dhc" in simulate.stderr
+    print(f"wheel built, installed and run in {time.monotonic() - started:.1f} s")

@@ -17,8 +17,8 @@ import boto3
 
 from deephealth.domain.nodes import NodeState, Verdict
 from tests.fakes.hyperpod import FakeHyperPod, GroupSpec
-from tests.twin import moto_patches
-from tests.twin.engine import CONFIG_PARAMETER_NAME, REGION, _clear_parameter_cache
+from tests.harness import moto_patches
+from tests.harness.engine import CONFIG_PARAMETER_NAME, REGION, _clear_parameter_cache
 from tests.twin.report import build_report
 from tests.twin.scenario import Scenario
 from tests.twin.simulation import Twin
@@ -359,7 +359,7 @@ def test_an_on_demand_request_reads_the_records_instead_of_listing_the_cluster(c
 def test_an_800_node_storm_of_event_and_api_faults_ends_with_every_node_verdicted(controller_template):
     """The issue's acceptance run, whole (not horizon-capped): tests/scenarios/storm-800.json has 30 % duplicated,
     10 % dropped and 10 % delayed events, and 20 % throttling + 2 % 5xx on every AWS call a Lambda makes."""
-    from tests.twin.cli import REPO_ROOT
+    from tests.twin.__main__ import REPO_ROOT
     from tests.twin.scenario import load_scenario
 
     scenario, config = load_scenario(REPO_ROOT / "tests" / "scenarios" / "storm-800.json", BASE_CONFIG)

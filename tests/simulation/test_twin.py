@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.infra.asl import round_definition
-from tests.twin.cli import DEMO_SCENARIO, REPO_ROOT, main
+from hpdhc.cli import main
+from tests.harness.asl import round_definition
+from tests.twin.__main__ import DEMO_SCENARIO, REPO_ROOT
 from tests.twin.scenario import ScenarioError, load_scenario
 from tests.twin.simulation import Twin
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from tests.fakes.hyperpod import Node
-from tests.twin.engine import SCHEDULED_EVENT, TABLE_NAME
+from tests.harness.engine import SCHEDULED_EVENT, TABLE_NAME
 from tests.twin.faults import CrashPlan
 from tests.twin.scenario import (
     ClusterDeletedMidRound,

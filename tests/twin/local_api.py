@@ -9,10 +9,10 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.twin.api_gateway import proxy_event, refusal
+from tests.harness.api_gateway import proxy_event, refusal
 
 STAGE = "/v1"
-OPERATOR = "arn:aws:iam::123456789012:user/local-operator"  # a breaker resetter of the twin (tests/twin/synth.py)
+OPERATOR = "arn:aws:iam::123456789012:user/local-operator"  # a breaker resetter of the twin (tests/harness/synth.py)
 
 
 def serve(harness: Any, port: int) -> ThreadingHTTPServer:
@@ -27,7 +27,7 @@ def serve(harness: Any, port: int) -> ThreadingHTTPServer:
             body = self.rfile.read(length).decode() if length else None
             refused = refusal(harness.template.template, self.command, path, OPERATOR)
             if refused is not None:  # what API Gateway answers itself (no route, the resource policy)
-                response = {"statusCode": refused[0], "body": json.dumps(refused[1])}
+                response: dict[str, Any] = {"statusCode": refused[0], "body": json.dumps(refused[1])}
             else:
                 event = proxy_event(self.command, path, body, query, OPERATOR)
                 response = harness.invoke(harness.function_arns[harness.template.api_logical_id], event)

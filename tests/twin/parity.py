@@ -27,15 +27,14 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CAPS = {"bench-10000": 2 * 3600.0}
 
-# The command line moved out of tests/ (issue 12); the script runs whichever one the tree has.
-_RUN_CLI = (
-    "import sys\n"
-    "try:\n"
-    "    from hpdhc.cli import main\n"
-    "except ImportError:\n"
-    "    from tests.twin.cli import main\n"
-    "sys.exit(main())\n"
-)
+# The command line moved out of tests/ (issue 12): the script runs the one the tree has. Chosen by the tree's
+# files, not by import: the dev venv's .pth puts this checkout's functions/ on every interpreter's path.
+JSON = ("--json",)
+_RUN = "import sys; from {module} import main; sys.exit(main())"
+
+
+def _cli_module(tree: Path) -> str:
+    return "hpdhc.cli" if (tree / "functions" / "hpdhc" / "cli.py").exists() else "tests.twin.cli"
 
 
 def without_wall(report: Any) -> Any:
@@ -50,7 +49,7 @@ def simulate(tree: Path, scenario: Path) -> Any:
     """One fixed-seed report of `scenario` (a path) simulated by the code of `tree`."""
     env = dict(os.environ, PYTHONPATH=f"{tree / 'functions'}{os.pathsep}{tree}")
     done = subprocess.run(
-        [sys.executable, "-c", _RUN_CLI, "simulate", "--scenario", str(scenario), "--json"],
+        [sys.executable, "-c", _RUN.format(module=_cli_module(tree)), "simulate", "--scenario", str(scenario), *JSON],
         cwd=tree,
         env=env,
         capture_output=True,
@@ -108,6 +107,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2, help="simulations run at once (default 2)")
     parser.add_argument("--cap", action="append", default=[], metavar="NAME=SECONDS", help="cap a file's horizon")
     parser.add_argument("--cache", type=Path, help="keep the baseline's reports here and reuse them (keyed by commit)")
+    parser.add_argument(
+        "--apply",
+        action="append",
+        default=[],
+        metavar="COMMIT",
+        help="a later twin-only commit applied to the baseline tree first (e.g. a fix that makes runs reproducible)",
+    )
+    parser.add_argument("--baseline-only", action="store_true", help="only fill --cache with the baseline's reports")
     args = parser.parse_args(argv)
     caps = dict(DEFAULT_CAPS)
     caps.update({k: float(v) for k, v in (c.split("=", 1) for c in args.cap)})
@@ -121,13 +128,23 @@ def main(argv: list[str] | None = None) -> int:
         )
         try:
             files = {n: scenario_file(n, caps.get(n), work) for n in names}
-            commit = _rev_parse(args.baseline)
+            commit = "+".join(_rev_parse(c)[:12] for c in (args.baseline, *args.apply))
+            for fix in args.apply:
+                subprocess.run(["git", "-C", str(baseline_tree), "cherry-pick", "--no-commit", fix], check=True)
             with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
-                runs = {(n, REPO_ROOT): pool.submit(simulate, REPO_ROOT, files[n]) for n in names}
+                runs = {
+                    (n, baseline_tree): pool.submit(_baseline, args.cache, commit, baseline_tree, files[n])
+                    for n in names
+                }
+                if args.baseline_only:
+                    for n in names:
+                        runs[(n, baseline_tree)].result()
+                    return 0
                 for n in names:
-                    runs[(n, baseline_tree)] = pool.submit(_baseline, args.cache, commit, baseline_tree, files[n])
+                    runs[(n, REPO_ROOT)] = pool.submit(simulate, REPO_ROOT, files[n])
                 failed = 0
-                print(f"baseline {args.baseline}; reports compared without wall_s")
+                applied = f" with {', '.join(args.apply)} applied" if args.apply else ""
+                print(f"baseline {args.baseline}{applied}; reports compared without wall_s")
                 for n in names:
                     diff = compare(n, runs[(n, baseline_tree)].result(), runs[(n, REPO_ROOT)].result())
                     horizon = f"capped at {caps[n]:.0f} s virtual" if n in caps else "whole horizon"

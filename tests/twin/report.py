@@ -12,7 +12,7 @@ held by a breaker, a capacity hold or a budget) and `shadowed` (dry-run), and `s
 holds, replacement budgets: the most replacements the controller made in any rolling window against the
 policy's limit).
 
-Version 3 added `iam` (`tests/twin/iam.py`): every authorization AWS would make for the controller, evaluated
+Version 3 added `iam` (`tests/harness/iam.py`): every authorization AWS would make for the controller, evaluated
 against the synthesized role policies. `calls` is keyed by principal: a function's construct id (`ClaimRound`:
 its own requests, and what the Lambda service does with its role: log stream and log events, traces, a
 given-up asynchronous invocation sent to its dead-letter queue), `RoundWorkflow` (the state machine's role
@@ -31,7 +31,7 @@ from typing import Any
 from deephealth.adapters.node_table import NodeTable
 from deephealth.domain.nodes import Action, NodeRecord, NodeState
 from deephealth.domain.policy import Budget, parse_config
-from tests.twin.engine import TABLE_NAME
+from tests.harness.engine import TABLE_NAME
 from tests.twin.simulation import CONTROLLER_GROUP, Twin
 
 REPORT_VERSION = 3
@@ -80,7 +80,9 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
         actions_by_node.setdefault(lid, []).append((kind, actor))
 
     nodes = [n for n in twin.cluster_model.nodes.values() if n.group != CONTROLLER_GROUP]
-    details, latencies, verdicts = [], [], Counter()
+    details: list[dict[str, Any]] = []
+    latencies: list[float] = []
+    verdicts: Counter[str] = Counter()
     for n in sorted(nodes, key=lambda n: (n.group, n.created, n.logical_id)):
         record = records.get(n.logical_id)
         kinds = [kind for kind, _ in actions_by_node.get(n.logical_id, [])]

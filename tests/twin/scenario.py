@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from deephealth.domain.policy import GROUP_NAME_PATTERN, CheckType, ConfigError, parse_config
+from deephealth.domain.rounds import RoundStep
 
 Rate = Annotated[float, Field(ge=0.0, le=1.0)]
 Seconds = Annotated[float, Field(ge=0.0)]
@@ -88,9 +89,6 @@ class ClusterDeletedMidRound(_Incident):
     """The cluster is deleted while a round runs and its nodes are in the check."""
 
     kind: Literal["cluster-deleted-mid-round"]
-
-
-RoundStep = Literal["ClaimRound", "StartCheck", "PollCheck", "RecoverNodes", "FinishRound"]
 
 
 class LambdaCrash(_Incident):

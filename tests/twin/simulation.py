@@ -9,6 +9,7 @@ makes) and its incidents (`tests/twin/incidents.py`).
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from collections import Counter
@@ -17,11 +18,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from unittest import mock
 
 from tests.fakes.hyperpod import Clock, Cluster, FakeHyperPod, GroupSpec, HealthCheck, Node
-from tests.twin import moto_patches
-from tests.twin.engine import Harness
+from tests.harness import moto_patches
+from tests.harness.engine import Harness
+from tests.harness.template import ControllerTemplate
 from tests.twin.faults import ApiFaults, CrashPlan
 from tests.twin.scenario import LambdaCrash, Scenario
-from tests.twin.template import ControllerTemplate
 
 if TYPE_CHECKING:
     from tests.twin.incidents import Armed
@@ -167,9 +168,12 @@ class Twin(Harness):
         arrivals = random.Random(s.seed + 3)
         for g in s.groups:
             for offset in sorted(g.arrival.start_s + arrivals.uniform(0, g.arrival.spread_s) for _ in range(g.count)):
-                self.at(self.started_at + offset, lambda name=g.name: self.sim.arrive(name))
+                self.at(self.started_at + offset, functools.partial(self._arrive, g.name))
         self.incidents = [incidents.arm(self, spec) for spec in s.incidents]
         return self
+
+    def _arrive(self, group: str) -> None:
+        self.sim.arrive(group)
 
     def _fault_patches(self) -> list[Any]:
         """API faults at moto's front door; a crash plan per lambda-crash incident, and node writes counted

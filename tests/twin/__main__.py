@@ -1,15 +1,10 @@
-"""`hpdhc`: the hyperpod-dhc command line.
+"""The digital twin from a shell: the controller against a simulated HyperPod cluster, no AWS account.
 
-    hpdhc status [--cluster C] [--group G] [--watch]      progress per cluster / per instance group
-    hpdhc nodes C [--group G] [--state S]                 per instance
-    hpdhc history C NODE                                  one node across instance ids
-    hpdhc check C (--group G ... | --instance I ...) [--checks T ...]   queue on-demand checks
-    hpdhc simulate [--scenario FILE] [--json] [--serve [--port P]]      the digital twin
+    python -m tests.twin [--scenario FILE] [--json] [--serve [--port P]]     (also `hpdhc simulate ...`)
 
-The API commands sign with SigV4 from the standard AWS credential chain (--profile, --region) and find the
-endpoint in the stack's ApiEndpoint output (--stack) unless --endpoint is given; --json prints raw JSON.
-`simulate` without --json shows live progress, then tables per group and per instance; with --json it prints
-one JSON report on stdout and nothing else. A bad scenario or request exits with code 2.
+Without --json: live progress, then tables per group and per instance (logical id and current instance id).
+With --json: one JSON report on stdout and nothing else (the Lambdas' logs go to --lambda-log). --serve keeps the
+twin alive behind a local operator API for the `hpdhc` commands. A bad scenario exits with code 2.
 """
 
 from __future__ import annotations
@@ -19,94 +14,54 @@ import contextlib
 import json
 import sys
 import tempfile
+import time
 import warnings
 from pathlib import Path
 from typing import Any, TextIO
+
+from hpdhc.render import hm, table
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO_SCENARIO = REPO_ROOT / "tests" / "scenarios" / "demo.json"
 BAR = 30
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="hpdhc", description="hyperpod-dhc command line")
-    sub = parser.add_subparsers(dest="command", required=True)
-    api = argparse.ArgumentParser(add_help=False)
-    api.add_argument("--endpoint", help="API URL (default: the stack's ApiEndpoint output)")
-    api.add_argument("--stack", default="HyperPodDhc", help="stack to read the endpoint from")
-    api.add_argument("--profile")
-    api.add_argument("--region")
-    api.add_argument("--json", action="store_true", help="print the API's JSON")
-
-    status = sub.add_parser("status", parents=[api], help="progress per cluster or per instance group")
-    status.add_argument("--cluster")
-    status.add_argument("--group")
-    status.add_argument(
-        "--watch",
-        type=float,
-        nargs="?",
-        const=30.0,
-        metavar="SECONDS",
-        help="redraw every SECONDS (default 30) until interrupted",
+def main(argv: list[str] | None = None, prog: str = "python -m tests.twin") -> int:
+    parser = argparse.ArgumentParser(
+        prog=prog, description="run the controller against a simulated HyperPod cluster (no AWS account)"
     )
-    nodes = sub.add_parser("nodes", parents=[api], help="per instance: state, verdict, attempts, timings")
-    nodes.add_argument("cluster")
-    nodes.add_argument("--group")
-    nodes.add_argument("--state")
-    history = sub.add_parser("history", parents=[api], help="one node's history across instance ids")
-    history.add_argument("cluster")
-    history.add_argument("node", help="NodeLogicalId or instance id")
-    check = sub.add_parser("check", parents=[api], help="queue on-demand deep health checks")
-    check.add_argument("cluster")
-    selection = check.add_mutually_exclusive_group(required=True)
-    selection.add_argument("--group", action="append", dest="groups", metavar="GROUP")
-    selection.add_argument("--instance", action="append", dest="instances", metavar="ID")
-    check.add_argument("--checks", nargs="+", metavar="TYPE", help="InstanceStress InstanceConnectivity ...")
-
-    breakers = sub.add_parser("breakers", parents=[api], help="breaker, capacity holds, budgets and held nodes")
-    breakers.add_argument("cluster")
-    reset = sub.add_parser("reset-breaker", parents=[api], help="close the breaker (or a group's capacity hold)")
-    reset.add_argument("cluster")
-    reset.add_argument("--group", help="lift this instance group's bad-capacity hold instead of the cluster breaker")
-    reset.add_argument("--reason", required=True, help="why it is safe to act again (kept in the audit trail)")
-
-    sim = sub.add_parser("simulate", help="run the controller against a simulated HyperPod cluster (no AWS account)")
-    sim.add_argument("--scenario", type=Path, default=DEMO_SCENARIO, help="scenario JSON (default: the demo)")
-    sim.add_argument("--json", action="store_true", help="print one JSON report on stdout, nothing else")
-    sim.add_argument(
+    parser.add_argument("--scenario", type=Path, default=DEMO_SCENARIO, help="scenario JSON (default: the demo)")
+    parser.add_argument("--json", action="store_true", help="print one JSON report on stdout, nothing else")
+    parser.add_argument(
         "--progress-every",
         type=float,
         default=1800.0,
         metavar="SECONDS",
         help="virtual seconds between progress lines (default 1800)",
     )
-    sim.add_argument(
+    parser.add_argument(
         "--lambda-log",
         type=Path,
         default=None,
         metavar="FILE",
         help="where the Lambdas' JSON logs and metrics go (default: a temporary file)",
     )
-    sim.add_argument(
+    parser.add_argument(
         "--serve",
         action="store_true",
         help="after the run, serve the twin's operator API on 127.0.0.1 for the other commands",
     )
-    sim.add_argument("--port", type=int, default=8642)
-    sim.add_argument("--serve-seconds", type=float, default=None, help="stop serving after this long")
-    args = parser.parse_args(argv)
-    if args.command == "simulate":
-        return simulate(args)
-    from tests.twin import operator_commands
-
-    return operator_commands.run(args)
+    parser.add_argument("--port", type=int, default=8642)
+    parser.add_argument("--serve-seconds", type=float, default=None, help="stop serving after this long")
+    return simulate(parser.parse_args(argv))
 
 
 def simulate(args: argparse.Namespace) -> int:
+    from tests.harness.synth import base_config
     from tests.twin.scenario import ScenarioError, load_scenario
 
     out = sys.stdout
-    base = json.loads((REPO_ROOT / "cdk.json").read_text())["context"].get("hyperpod-dhc", {})
+    base = base_config()
     try:
         scenario, config = load_scenario(args.scenario, base)
     except ScenarioError as err:
@@ -134,7 +89,7 @@ def simulate(args: argparse.Namespace) -> int:
         json.dump(report, out)
         out.write("\n")
     elif not args.serve:
-        _tables(report, out)
+        tables(report, out)
     return 0
 
 
@@ -146,10 +101,10 @@ def _run(
     serve: tuple[int, float | None] | None = None,
     out: TextIO = sys.stdout,
 ) -> dict:
+    from tests.harness.synth import synthesized_template
+    from tests.harness.template import ControllerTemplate
     from tests.twin.report import build_report
     from tests.twin.simulation import Twin, progress
-    from tests.twin.synth import synthesized_template
-    from tests.twin.template import ControllerTemplate
 
     template = ControllerTemplate(synthesized_template())
     with Twin(scenario, template, config) as twin:
@@ -168,21 +123,20 @@ def _run(
         report = build_report(twin, wall)
         if serve is not None:
             if progress_out is not None:
-                _tables(report, out)
+                tables(report, out)
             _serve(twin, *serve, out)
         return report
 
 
 def _serve(twin: Any, port: int, seconds: float | None, out: TextIO) -> None:
     """Keep the twin alive behind a local operator API until interrupted (or `seconds` pass)."""
-    import time
-
     from tests.twin.local_api import endpoint, serve
 
     server = serve(twin, port)
     print(
         f"serving the twin's operator API on {endpoint(server)}; try:\n"
         f"  hpdhc status --endpoint {endpoint(server)}\n"
+        f"  hpdhc nodes {twin.scenario.cluster.name} --endpoint {endpoint(server)}\n"
         f"  hpdhc check {twin.scenario.cluster.name} --group {twin.scenario.groups[0].name} "
         f"--endpoint {endpoint(server)}\n(Ctrl-C to stop)",
         file=out,
@@ -216,7 +170,8 @@ def _progress(twin: Any, groups: dict, elapsed: float, out: TextIO) -> None:
     out.flush()
 
 
-def _tables(report: dict, out: TextIO) -> None:
+def tables(report: dict, out: TextIO) -> None:
+    """The report as a summary, a table per instance group and a table per instance."""
     from tests.twin.report import VERDICT_CATEGORIES
 
     print(f"\nfinished after {hm(report['virtual_s'])} virtual ({report['wall_s']:.1f} s wall)", file=out)
@@ -232,7 +187,7 @@ def _tables(report: dict, out: TextIO) -> None:
         file=out,
     )
 
-    rows = {}
+    rows: dict[str, dict[str, int]] = {}
     for d in report["node_details"]:
         rows.setdefault(d["group"], {"nodes": 0}).setdefault(d["verdict"], 0)
         rows[d["group"]]["nodes"] += 1
@@ -240,13 +195,14 @@ def _tables(report: dict, out: TextIO) -> None:
     columns = ["nodes", *VERDICT_CATEGORIES]
     print("\nper instance group", file=out)
     table([["group", *columns]] + [[g] + [str(r.get(c, 0)) for c in columns] for g, r in rows.items()], out)
-    print("\nper instance", file=out)
-    body = [["group", "node", "truth", "ready", "verdict", "at", "actions", "instances"]]
+    print("\nper instance (node: NodeLogicalId; instance: its current instance id, of `instances` so far)", file=out)
+    body = [["group", "node", "instance", "truth", "ready", "verdict", "at", "actions", "instances"]]
     for d in report["node_details"]:
         body.append(
             [
                 d["group"],
-                d["logical_id"][:8],
+                d["logical_id"],
+                d["instance_ids"][-1] if d["instance_ids"] else "-",
                 d["truth"],
                 hm(d["ready_at_s"]),
                 d["verdict"],
@@ -258,23 +214,8 @@ def _tables(report: dict, out: TextIO) -> None:
     table(body, out)
 
 
-def table(rows: list[list[str]], out: TextIO) -> None:
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    for i, row in enumerate(rows):
-        print("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip(), file=out)
-        if i == 0:
-            print("  " + "  ".join("-" * w for w in widths), file=out)
-
-
 def _kv(d: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in d.items())
-
-
-def hm(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    minutes = int(seconds // 60)
-    return f"{minutes // 60}h{minutes % 60:02d}"
 
 
 if __name__ == "__main__":

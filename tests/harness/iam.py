@@ -12,7 +12,7 @@ only know `StringEquals`, and it answers DENIED when an Allow's condition is unm
 `Arn{Equals,Like}` against the request context given; any other operator, `NotResource` or a managed policy
 fails loudly when the template is read.
 
-Who is authorized, and where (`tests/twin/moto_patches.py` wraps moto's botocore stubber):
+Who is authorized, and where (`tests/harness/moto_patches.py` wraps moto's botocore stubber):
 - a request made inside a Lambda invocation: the function's role, per request (`requests` maps each
   operation to its IAM action(s) and resource ARN(s); an operation not mapped raises `UnmappedRequest`);
 - the state machine invoking a Task Lambda: its role's `lambda:InvokeFunction` on the function ARN;
@@ -49,7 +49,7 @@ from urllib.parse import parse_qs, unquote, urlparse
 
 from moto.iam.access_control import IAMPolicyStatement, PermissionResult
 
-from tests.infra.asl import construct_id
+from tests.harness.asl import construct_id
 
 STACK_NAME = "HyperPodDhc"
 STATE_MACHINE_PRINCIPAL = "RoundWorkflow"  # the report's key for the state machine's role
@@ -227,7 +227,7 @@ class _Statement(IAMPolicyStatement):
     """moto's statement evaluator, with IAM's wildcard semantics (moto's pattern is an unescaped regex)."""
 
     @staticmethod
-    def _match(pattern: str, string: str) -> re.Match[str] | None:  # type: ignore[override]
+    def _match(pattern: str, string: str) -> re.Match[str] | None:
         return wildcard(pattern).fullmatch(string)
 
 
@@ -308,7 +308,7 @@ def requests(service: str, operation: str, request: Any, world: World) -> list[A
     mapper = _MAPPERS.get(service)
     found = mapper(action, operation, request, world) if mapper else None
     if found is None:
-        raise UnmappedRequest(f"{action}: no IAM mapping in tests/twin/iam.py `requests` (add it, then grant it)")
+        raise UnmappedRequest(f"{action}: no IAM mapping in tests/harness/iam.py `requests` (add it, then grant it)")
     return found
 
 
@@ -572,7 +572,7 @@ class Authorizer:
         """The stubber's hook: an AccessDenied response for a request AWS would refuse, else None."""
         if not event_name.startswith("before-send."):
             return None
-        from tests.twin.moto_patches import current_function
+        from tests.harness.moto_patches import current_function
 
         _, service, operation = event_name.split(".", 2)
         function = current_function()
@@ -650,7 +650,7 @@ class Authorizer:
             if not any(self.resolver.value(t["Arn"]) == function for t in props.get("Targets", [])):
                 continue
             if "EventPattern" in props:
-                matches = EventPattern.load(json.dumps(props["EventPattern"])).matches_event(dict(event))
+                matches = EventPattern.load(json.dumps(props["EventPattern"])).matches_event(dict(event))  # type: ignore[arg-type]  # moto types events as a TypedDict
             else:
                 matches = "ScheduleExpression" in props and event.get("detail-type") == "Scheduled Event"
             if matches:

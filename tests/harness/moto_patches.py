@@ -11,7 +11,7 @@
 (c) API faults: moto's botocore stubber (the `before-send` handler that answers every botocore request) is
     wrapped, so a fault injector may answer a request made *inside a Lambda invocation* with an error
     response before moto sees it. The harness's own reads (outside any invocation) are never faulted.
-(d) IAM: the same wrap lets `tests/twin/iam.py` answer a request AWS would refuse with AccessDenied; the ASL
+(d) IAM: the same wrap lets `tests/harness/iam.py` answer a request AWS would refuse with AccessDenied; the ASL
     interpreter's Lambda task invocations are marked as the state machine's (`iam.invoked_by("states")`).
 
 All three reach into moto internals; `tests/integration/test_moto_patches.py` fails loudly when they move.
@@ -143,7 +143,7 @@ def faulted_requests(fault: RequestFault) -> Iterator[None]:
 def authorized_requests(check: RequestFault) -> Iterator[None]:
     """Let `check` answer any botocore request (inside a Lambda invocation or not) before moto does; the Lambda
     invocations of the state machine's Task states are made as the state machine (`iam.invoked_by`)."""
-    from tests.twin import iam
+    from tests.harness import iam
 
     original = BotocoreStubber.__call__
     integration = lambda_eval_utils.execute_lambda_function_integration

@@ -1,9 +1,9 @@
 """Resolve the synthesized check-round definition into the exact ASL a deployment would run.
 
-Importable as ``tests.infra.asl`` (the repository root is on ``sys.path``), e.g. by a simulator that
+Importable as ``tests.harness.asl`` (the repository root is on ``sys.path``), e.g. by a simulator that
 creates the state machine in moto::
 
-    from tests.infra.asl import round_definition, round_task_functions
+    from tests.harness.asl import round_definition, round_task_functions
     tasks = round_task_functions(template)  # {"ClaimRound": "FunctionsClaimRound657A99EB", ...}
     asl = round_definition(template, {"ClaimRound": claim_round_arn, ...})
 

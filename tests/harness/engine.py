@@ -28,8 +28,8 @@ from moto import mock_aws
 from moto.events.models import EventPattern
 
 from tests.fakes.hyperpod import FakeHyperPod, install
-from tests.twin import iam, moto_patches
-from tests.twin.template import ControllerTemplate
+from tests.harness import iam, moto_patches
+from tests.harness.template import ControllerTemplate
 
 ACCOUNT, REGION = "123456789012", "us-east-1"
 TABLE_NAME = "hyperpod-dhc-nodes"
@@ -80,7 +80,7 @@ class Harness:
         self.failed_invocations: list[dict] = []  # given up after the retries: {function, payload, error}
         self.invocations: Counter[str] = Counter()  # the harness's own invocations (Intake, Reconcile, API) by name
         self._notifications: list[dict] = []  # read from the topic's queue so far
-        # Every AWS request of the controller is authorized against its role as synthesized (tests/twin/iam.py).
+        # Every AWS request of the controller is authorized against its role as synthesized (tests/harness/iam.py).
         names = iam.PhysicalNames(ACCOUNT, REGION, TABLE_NAME, CONFIG_PARAMETER_NAME, TOPIC_NAME)
         self.iam = iam.Authorizer(template.template, names, fake.cluster_arn)
 
@@ -98,7 +98,7 @@ class Harness:
         }  # never a real account: everything below is moto
         for cm in (
             mock.patch.dict(os.environ, twin_env),
-            mock_aws(config=MOTO_CONFIG),
+            mock_aws(config=MOTO_CONFIG),  # type: ignore[call-overload]  # moto types its config as a TypedDict
             install(self.fake),
             moto_patches.patched(self._wait, self._retry_back_off, self._wrap_invocation, self._lock),
             moto_patches.authorized_requests(self.iam),
@@ -267,7 +267,7 @@ class Harness:
 
     def deliver(self, event: dict) -> None:
         """An EventBridge event: to Intake if any synthesized rule pattern matches it (as in AWS)."""
-        if any(p.matches_event(event) for p in self.patterns):
+        if any(p.matches_event(event) for p in self.patterns):  # type: ignore[arg-type]  # moto: a TypedDict
             self.delivered.append(event)
             self.invoke_event(self.intake_arn, event)
         else:
@@ -366,7 +366,7 @@ class Harness:
         First what API Gateway answers itself, from the template: no such method, an explicit deny of the
         resource policy for `principal` (who may reset which cluster's breaker), no invoke permission.
         """
-        from tests.twin.api_gateway import proxy_event, refusal
+        from tests.harness.api_gateway import proxy_event, refusal
 
         refused = refusal(self.template.template, method, path, principal)
         if refused is not None:

@@ -6,7 +6,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from tests.infra.asl import construct_id, round_definition
+from tests.harness.asl import construct_id, round_definition
 
 HANDLER_PREFIX = "deephealth.handlers."
 

@@ -1,0 +1,1 @@
+"""hpdhc: the hyperpod-dhc operator command line (speaks the operator API's JSON; needs boto3 only)."""

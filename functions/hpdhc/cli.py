@@ -1,0 +1,112 @@
+"""`hpdhc`: the hyperpod-dhc command line.
+
+    hpdhc status [--cluster C] [--group G] [--watch [SECONDS]]            per cluster / per instance group
+    hpdhc nodes C [--group G] [--state S]                                 per node: logical id and instance id
+    hpdhc history C NODE                                                  one node across instance ids
+    hpdhc check C (--group G ... | --instance I ...) [--checks T ...]     queue on-demand checks
+    hpdhc breakers C                                                      breaker, holds, budgets, held nodes
+    hpdhc reset-breaker C [--group G] --reason TEXT                       close a breaker or lift a hold
+    hpdhc simulate [--scenario FILE] [--json] [--serve [--port P]]        the digital twin (a checkout only)
+
+The API commands sign with SigV4 from the standard AWS credential chain (--profile, --region) and find the
+endpoint in the stack's ApiEndpoint output (--stack) unless --endpoint is given; --json prints the API's JSON.
+A refused request (HTTP 4xx) or one that could not be made exits with code 2, a server error with 1.
+
+`simulate` runs the controller against a simulated HyperPod cluster; it is the digital twin of a checkout of
+hyperpod-dhc (`python -m tests.twin`), which this command runs when the checkout is on the path (`make install`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from hpdhc.client import DEFAULT_STACK, ApiError, OperatorClient
+from hpdhc.commands import COMMANDS
+
+SIMULATE = "simulate"
+NO_CHECKOUT = "hpdhc: error: simulate needs a checkout of hyperpod-dhc after `make install`"
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == [SIMULATE]:
+        return simulate(argv[1:])
+    args = parser().parse_args(argv)
+    try:
+        client = OperatorClient(args.endpoint, args.profile, args.region, args.stack)
+        return COMMANDS[args.command](client, args, sys.stdout)
+    except ApiError as err:
+        print(f"hpdhc: error: {err}", file=sys.stderr)
+        return 2 if 400 <= err.status < 500 or err.status == 0 else 1
+    except (BotoCoreError, ClientError) as err:  # finding the endpoint or credentials: not the API's answer
+        print(f"hpdhc: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # the way out of `status --watch`
+        return 130
+
+
+def simulate(argv: list[str]) -> int:
+    """`hpdhc simulate ...` is `python -m tests.twin ...` of the checkout on the path (its flags, its help)."""
+    try:
+        from tests.twin.__main__ import main as twin_main
+    except ImportError:
+        print(NO_CHECKOUT, file=sys.stderr)
+        return 2
+    return twin_main(argv, prog=f"hpdhc {SIMULATE}")
+
+
+def parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(prog="hpdhc", description="hyperpod-dhc command line")
+    sub = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    api = argparse.ArgumentParser(add_help=False)
+    api.add_argument("--endpoint", help="API URL (default: the stack's ApiEndpoint output)")
+    api.add_argument("--stack", default=DEFAULT_STACK, help="stack to read the endpoint from")
+    api.add_argument("--profile")
+    api.add_argument("--region")
+    api.add_argument("--json", action="store_true", help="print the API's JSON")
+
+    status = sub.add_parser("status", parents=[api], help="progress per cluster or per instance group")
+    status.add_argument("--cluster")
+    status.add_argument("--group")
+    status.add_argument(
+        "--watch",
+        type=float,
+        nargs="?",
+        const=30.0,
+        metavar="SECONDS",
+        help="redraw every SECONDS (default 30) until interrupted",
+    )
+    nodes = sub.add_parser("nodes", parents=[api], help="per node: instance, state, verdict, attempts, timings")
+    nodes.add_argument("cluster")
+    nodes.add_argument("--group")
+    nodes.add_argument("--state")
+    history = sub.add_parser("history", parents=[api], help="one node's history across instance ids")
+    history.add_argument("cluster")
+    history.add_argument("node", help="NodeLogicalId or instance id")
+    check = sub.add_parser("check", parents=[api], help="queue on-demand deep health checks")
+    check.add_argument("cluster")
+    selection = check.add_mutually_exclusive_group(required=True)
+    selection.add_argument("--group", action="append", dest="groups", metavar="GROUP")
+    selection.add_argument("--instance", action="append", dest="instances", metavar="ID")
+    check.add_argument("--checks", nargs="+", metavar="TYPE", help="InstanceStress InstanceConnectivity ...")
+    breakers = sub.add_parser("breakers", parents=[api], help="breaker, capacity holds, budgets and held nodes")
+    breakers.add_argument("cluster")
+    reset = sub.add_parser("reset-breaker", parents=[api], help="close the breaker (or a group's capacity hold)")
+    reset.add_argument("cluster")
+    reset.add_argument("--group", help="lift this instance group's bad-capacity hold instead of the cluster breaker")
+    reset.add_argument("--reason", required=True, help="why it is safe to act again (kept in the audit trail)")
+    # Parsed by the twin (main() hands `simulate ...` over before this parser runs); here for --help only.
+    sub.add_parser(
+        SIMULATE,
+        add_help=False,
+        help="run the controller against a simulated HyperPod cluster, no AWS account (a checkout only; "
+        "`hpdhc simulate --help`)",
+    )
+    return root
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,128 @@
+"""The operator API client: SigV4-signed HTTPS calls with the standard AWS credential chain.
+
+One method per API route, named like the route's handler in the Api function (`list_clusters`, `list_groups`,
+`list_nodes`, `get_node`, `request_checks`, `get_breakers`, `reset_breaker`); each returns the route's JSON as
+is. The endpoint is the stack's `ApiEndpoint` output unless one is given.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from typing import Any
+
+# boto3 and botocore ship no type information (and boto3-stubs is no dependency): to mypy they are untyped.
+import boto3
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.credentials import Credentials, ReadOnlyCredentials
+
+ENDPOINT_OUTPUT = "ApiEndpoint"
+DEFAULT_STACK = "HyperPodDhc"
+LOCAL_HOSTS = ("127.0.0.1", "localhost")  # the twin's local API (`hpdhc simulate --serve`) checks no signature
+
+Json = dict[str, Any]
+
+
+class ApiError(RuntimeError):
+    """An answer other than 2xx (`status` is its HTTP status), or 0 when no request could be made."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"HTTP {status}: {message}" if status else message)
+        self.status = status
+
+
+class OperatorClient:
+    def __init__(
+        self,
+        endpoint: str | None = None,
+        profile: str | None = None,
+        region: str | None = None,
+        stack: str = DEFAULT_STACK,
+    ) -> None:
+        self.session = boto3.Session(profile_name=profile, region_name=region)
+        self.region = self.session.region_name or "us-east-1"
+        self.endpoint = (endpoint or self._discover(stack)).rstrip("/")
+
+    # ------------------------------------------------------------------ the routes
+
+    def list_clusters(self) -> Json:
+        return self._call("GET", "/clusters")
+
+    def list_groups(self, cluster: str) -> Json:
+        return self._call("GET", _path("clusters", cluster, "groups"))
+
+    def list_nodes(self, cluster: str, group: str | None = None, state: str | None = None) -> list[Json]:
+        """Every page of the cluster's nodes (the route is paginated by `next_token`)."""
+        query = {k: v for k, v in (("group", group), ("state", state)) if v}
+        nodes: list[Json] = []
+        while True:
+            page = self._call("GET", _path("clusters", cluster, "nodes"), query=query)
+            nodes += page["nodes"]
+            if not page.get("next_token"):
+                return nodes
+            query = {**query, "next_token": page["next_token"]}
+
+    def get_node(self, cluster: str, node: str) -> Json:
+        return self._call("GET", _path("clusters", cluster, "nodes", node))
+
+    def request_checks(
+        self, cluster: str, groups: list[str], instances: list[str], checks: list[str] | None = None
+    ) -> Json:
+        body: Json = {"groups": groups, "instances": instances}
+        if checks:
+            body["checks"] = checks
+        return self._call("POST", _path("clusters", cluster, "checks"), body)
+
+    def get_breakers(self, cluster: str) -> Json:
+        return self._call("GET", _path("clusters", cluster, "breakers"))
+
+    def reset_breaker(self, cluster: str, reason: str, group: str | None = None) -> Json:
+        body: Json = {"reason": reason, **({"group": group} if group else {})}
+        return self._call("POST", _path("clusters", cluster, "breakers", "reset"), body)
+
+    # ------------------------------------------------------------------ HTTP
+
+    def _discover(self, stack: str) -> str:
+        """The API's URL from the stack's `ApiEndpoint` output."""
+        stacks = self.session.client("cloudformation").describe_stacks(StackName=stack)["Stacks"]
+        for output in stacks[0].get("Outputs", []):
+            if output["OutputKey"] == ENDPOINT_OUTPUT:
+                return str(output["OutputValue"])
+        raise ApiError(0, f"stack {stack} has no {ENDPOINT_OUTPUT} output; pass --endpoint")
+
+    def _credentials(self) -> Credentials | ReadOnlyCredentials:
+        credentials = self.session.get_credentials()
+        if credentials is None:
+            if urllib.parse.urlparse(self.endpoint).hostname in LOCAL_HOSTS:
+                return Credentials("local", "local")
+            raise ApiError(0, "no AWS credentials found (use --profile or the standard credential chain)")
+        return credentials.get_frozen_credentials()
+
+    def _call(self, method: str, path: str, body: Json | None = None, query: dict[str, str] | None = None) -> Json:
+        url = self.endpoint + path + ("?" + urllib.parse.urlencode(query) if query else "")
+        data = None if body is None else json.dumps(body).encode()
+        request = AWSRequest(method=method, url=url, data=data, headers={"Content-Type": "application/json"})
+        SigV4Auth(self._credentials(), "execute-api", self.region).add_auth(request)
+        prepared = urllib.request.Request(url, data=data, method=method, headers=dict(request.headers.items()))
+        try:
+            with urllib.request.urlopen(prepared, timeout=30) as response:
+                answer: Json = json.loads(response.read() or b"null")
+                return answer
+        except urllib.error.HTTPError as err:
+            payload = err.read().decode(errors="replace")
+            try:
+                denial = json.loads(payload)  # API Gateway's own denials say "Message"
+                message = denial.get("message") or denial.get("Message") or payload
+            except (ValueError, AttributeError):
+                message = payload
+            raise ApiError(err.code, str(message)[:500]) from None
+        except urllib.error.URLError as err:
+            raise ApiError(0, f"cannot reach {self.endpoint}: {err.reason}") from None
+
+
+def _path(*segments: str) -> str:
+    """`/a/b/c` with each segment percent-encoded (a node or cluster name is one segment, whatever it holds)."""
+    return "".join("/" + urllib.parse.quote(s, safe="") for s in segments)

@@ -1,0 +1,28 @@
+"""Plain-text rendering shared by every command: aligned tables, durations and timestamps."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import TextIO
+
+
+def table(rows: list[list[str]], out: TextIO) -> None:
+    """Left-aligned columns, two spaces apart, the first row a header underlined with dashes."""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    for i, row in enumerate(rows):
+        print("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip(), file=out)
+        if i == 0:
+            print("  " + "  ".join("-" * w for w in widths), file=out)
+
+
+def hm(seconds: float | None) -> str:
+    """A duration as hours and minutes: `2h05`; `-` for none."""
+    if seconds is None:
+        return "-"
+    minutes = int(seconds // 60)
+    return f"{minutes // 60}h{minutes % 60:02d}"
+
+
+def when(epoch: float | None) -> str:
+    """A UTC timestamp to the minute: `2026-12-03 14:05`; `-` for none."""
+    return "-" if epoch is None else datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M")
