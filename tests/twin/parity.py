@@ -1,13 +1,14 @@
 """Report parity: do fixed-seed `hpdhc simulate --json` reports of every scenario file equal a baseline commit's?
 
-    python -m tests.twin.parity --baseline REF [--only demo faults] [--jobs 2] [--cap bench-10000=7200]
+    python -m tests.twin.parity --baseline REF [--apply COMMIT] [--only demo faults] [--jobs 2] [--template]
 
 For a change meant to leave behaviour alone (a refactor), this is the proof: the baseline commit is checked out
 into a temporary git worktree, and each file of tests/scenarios/ is simulated there and here with the same Python,
 each run a fresh interpreter. Reports are compared whole except `wall_s`. A file whose full run takes too long is
 run with a capped horizon in both trees (`--cap NAME=SECONDS`; bench-10000 by default: 10,000 arrivals over two
 virtual days take over an hour of wall time each), and the table says so. Exits 1 on any difference and prints
-the first differing lines.
+the first differing lines. `--template` also compares the synthesized CloudFormation templates, asset hashes
+aside (a refactor of the Lambda code changes the code asset's hash and nothing else).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import difflib
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -35,6 +37,29 @@ _RUN = "import sys; from {module} import main; sys.exit(main())"
 
 def _cli_module(tree: Path) -> str:
     return "hpdhc.cli" if (tree / "functions" / "hpdhc" / "cli.py").exists() else "tests.twin.cli"
+
+
+# The stack as each tree synthesizes it from cdk.json (layer bundling skipped; nag off: it only adds checks).
+_SYNTH = (
+    "import json, pathlib, aws_cdk as cdk\n"
+    "from aws_cdk.assertions import Template\n"
+    "from infra.app import build\n"
+    "context = json.loads(pathlib.Path('cdk.json').read_text())['context']\n"
+    "app = cdk.App(context={**context, 'aws:cdk:bundling-stacks': []})\n"
+    "print(json.dumps(Template.from_stack(build(app, nag=False)).to_json()))\n"
+)
+ASSET_HASH = re.compile(r"[0-9a-f]{64}")
+
+
+def template(tree: Path) -> Any:
+    """The tree's synthesized template with every asset hash (64 hex digits) replaced by one placeholder."""
+    env = dict(os.environ, PYTHONPATH=f"{tree / 'functions'}{os.pathsep}{tree}")
+    done = subprocess.run(
+        [sys.executable, "-c", _SYNTH], cwd=tree, env=env, capture_output=True, text=True, check=False
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"{tree}: synth exited {done.returncode}:\n{done.stderr[-2000:]}")
+    return json.loads(ASSET_HASH.sub("<asset hash>", done.stdout))
 
 
 def without_wall(report: Any) -> Any:
@@ -114,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="COMMIT",
         help="a later twin-only commit applied to the baseline tree first (e.g. a fix that makes runs reproducible)",
     )
+    parser.add_argument("--template", action="store_true", help="also compare the synthesized templates")
     parser.add_argument("--baseline-only", action="store_true", help="only fill --cache with the baseline's reports")
     args = parser.parse_args(argv)
     caps = dict(DEFAULT_CAPS)
@@ -142,6 +168,8 @@ def main(argv: list[str] | None = None) -> int:
                     return 0
                 for n in names:
                     runs[(n, REPO_ROOT)] = pool.submit(simulate, REPO_ROOT, files[n])
+                if args.template:
+                    templates = pool.submit(template, baseline_tree), pool.submit(template, REPO_ROOT)
                 failed = 0
                 applied = f" with {', '.join(args.apply)} applied" if args.apply else ""
                 print(f"baseline {args.baseline}{applied}; reports compared without wall_s")
@@ -149,6 +177,12 @@ def main(argv: list[str] | None = None) -> int:
                     diff = compare(n, runs[(n, baseline_tree)].result(), runs[(n, REPO_ROOT)].result())
                     horizon = f"capped at {caps[n]:.0f} s virtual" if n in caps else "whole horizon"
                     print(f"  {n:<18} {'equal' if not diff else 'DIFFERENT'}  ({horizon})")
+                    if diff:
+                        failed += 1
+                        print("\n".join(f"      {line}" for line in diff))
+                if args.template:
+                    diff = compare("template", templates[0].result(), templates[1].result())
+                    print(f"  {'template':<18} {'equal' if not diff else 'DIFFERENT'}  (asset hashes aside)")
                     if diff:
                         failed += 1
                         print("\n".join(f"      {line}" for line in diff))
