@@ -3,6 +3,8 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from deephealth.domain.breakers import BreakerReset, SafetyState, reset
+from deephealth.domain.limits import breaker_reason, budget_use
 from deephealth.domain.nodes import Action, ActionEntry, NodeRecord, NodeState, Outcome, Verdict
 from deephealth.domain.observe import Observation, observe
 from deephealth.domain.policy import Breaker, Budget, ClusterPolicy, GroupContext, GroupPolicy, Lemon, NodeRecovery
@@ -13,14 +15,9 @@ from deephealth.domain.safety import (
     HOLD_CLUSTER_BUDGET,
     HOLD_GROUP_BUDGET,
     HOLD_OUT_OF_SERVICE,
-    BreakerReset,
-    SafetyState,
     admit_to_round,
-    breaker_reason,
-    budget_use,
     gate_recovery,
     release_holds,
-    reset,
 )
 
 NOW = 1_000_000.0

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from deephealth.adapters import aws
+from deephealth.domain.breakers import SafetyState
 from deephealth.domain.errors import StaleRecord, Throttled
 from deephealth.domain.nodes import NodeRecord
 from deephealth.domain.rounds import chunks
-from deephealth.domain.safety import SafetyState
 
 NODE_PREFIX = "NODE#"
 ROUND_SK = "ROUND"

@@ -17,24 +17,27 @@ stay until an operator resets them, budget and capacity-cap holds until the wind
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, TypedDict
+from typing import Any, NamedTuple
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from deephealth.domain.nodes import ACTIONABLE_STATUSES, Action, Decision, NodeRecord, NodeState, Verdict, transition
+from deephealth.domain.breakers import SafetyState, Trip
+from deephealth.domain.limits import (
+    BudgetUse,
+    breaker_reason,
+    budget_use,
+    capacity_reason,
+    in_service,
+    out_of_service,
+    out_of_service_cap,
+)
+from deephealth.domain.nodes import ACTIONABLE_STATUSES, Action, Decision, NodeRecord, NodeState, transition
 from deephealth.domain.policy import (
-    GROUP_NAME_PATTERN,
-    BadCapacity,
-    Breaker,
-    Budget,
     ClusterPolicy,
     GroupContext,
     GroupPolicy,
 )
-from deephealth.domain.recovery import FAILING, due_action
+from deephealth.domain.recovery import due_action
 from deephealth.domain.rounds import claimable
 
 HOLD_BREAKER = "breaker"
@@ -46,57 +49,11 @@ HOLD_NODE_BUSY = "node-busy"  # the node is not Running/Failure (someone else is
 STICKY_HOLDS = frozenset({HOLD_BREAKER, HOLD_CAPACITY})  # only an operator's reset releases these
 OUT_OF_SERVICE_RETRY_S = 600  # a node held by the out-of-service cap is looked at again after this
 NODE_BUSY_RETRY_S = 300
-RESET_LIMIT = 20
 UNTRACKED_REPLACEMENT = (
     "replacement refused: the cluster has no NodeLogicalIds (NodeProvisioningMode is not Continuous), so a "
     "replaced instance could not be told apart from a new node and its recovery history would be lost; "
     "replace it yourself (BatchReplaceClusterNodes) or let NodeRecovery=Automatic do it"
 )
-
-
-class Trip(BaseModel):
-    at: float
-    reason: str
-    trigger: str | None = None
-
-
-class Reset(BaseModel):
-    at: float
-    # "breaker", or "capacity-hold" with `group` set. (Entries written before `group` existed hold "cluster" or
-    # the group's name here.)
-    scope: str
-    by: str
-    reason: str
-    group: str | None = None
-
-
-class SafetyState(BaseModel):
-    """A cluster's breaker and bad-capacity holds (one DynamoDB item per cluster, versioned)."""
-
-    cluster: str
-    # The cluster's id (its ARN's last part): a cluster deleted and recreated under the same name is another
-    # cluster, whose breaker, holds and budgets start afresh.
-    cluster_id: str | None = None
-    breaker: Trip | None = None  # open while set
-    capacity_holds: dict[str, Trip] = Field(default_factory=dict)  # instance group -> hold
-    # Evidence before a reset does not count again, or the breaker would re-trip on the same failures.
-    breaker_reset_at: float = 0.0
-    capacity_reset_at: dict[str, float] = Field(default_factory=dict)
-    resets: list[Reset] = Field(default_factory=list)
-    version: int = 0
-
-
-class BreakerReset(BaseModel):
-    """POST /clusters/{cluster}/breakers/reset: which breaker an operator closes, and why (kept for the audit)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    group: str | None = Field(
-        default=None,
-        pattern=GROUP_NAME_PATTERN,
-        description="an instance group: lift its bad-capacity hold; absent: close the cluster's breaker",
-    )
-    reason: str = Field(min_length=3, max_length=500, pattern=r"^[^\x00-\x1f]*$")
 
 
 @dataclass(frozen=True)
@@ -115,106 +72,6 @@ class RecoveryPlan:
     changes: list[tuple[NodeRecord, Decision]] = field(default_factory=list)
     safety: SafetyState | None = None  # set when a breaker or hold tripped
     alerts: list[Alert] = field(default_factory=list)
-
-
-# -- evidence -------------------------------------------------------------------------------------------
-def failure_counts(records: Iterable[NodeRecord], since: float) -> tuple[int, int]:
-    """(nodes that failed, nodes that got a pass or fail verdict) since `since`."""
-    failed = verdicted = 0
-    for r in records:
-        recent = [o.verdict for o in r.outcomes if o.at >= since and (o.verdict in FAILING or o.verdict == "passed")]
-        verdicted += bool(recent)
-        failed += any(v in FAILING for v in recent)
-    return failed, verdicted
-
-
-def breaker_reason(records: Iterable[NodeRecord], breaker: Breaker, now: float, reset_at: float) -> str | None:
-    since = max(now - breaker.window_h * 3600, reset_at)
-    failed, verdicted = failure_counts(records, since)
-    if breaker.max_failures is not None and failed >= breaker.max_failures:
-        return f"{failed} nodes failed in {breaker.window_h} h (limit {breaker.max_failures})"
-    if (
-        breaker.max_failure_pct is not None
-        and verdicted >= breaker.min_verdicts
-        and failed * 100 >= breaker.max_failure_pct * verdicted
-    ):
-        return (
-            f"{failed} of {verdicted} nodes checked in {breaker.window_h} h failed "
-            f"({failed * 100 // verdicted}% >= {breaker.max_failure_pct}%): systemic failure suspected"
-        )
-    return None
-
-
-def failed_replacements(records: Iterable[NodeRecord], since: float) -> list[tuple[str, str]]:
-    """(node, instance) of replacement instances that failed their own check since `since`."""
-    return [
-        (r.key, o.instance_id)
-        for r in records
-        for o in r.outcomes
-        if o.at >= since and o.verdict in FAILING and o.instance_id in r.instance_ids[1:]
-    ]
-
-
-def capacity_reason(records: Iterable[NodeRecord], policy: BadCapacity, now: float, reset_at: float) -> str | None:
-    failed = failed_replacements(records, max(now - policy.window_h * 3600, reset_at))
-    if len(failed) < policy.failed_replacements:
-        return None
-    return (
-        f"{len(failed)} replacement instances failed their own check in {policy.window_h} h "
-        f"({', '.join(i for _, i in failed[:5])}): bad capacity suspected, replacements stopped"
-    )
-
-
-def replacements(records: Iterable[NodeRecord], since: float) -> list[float]:
-    """Times of the controller's replacements after `since` (HyperPod's own do not use our budget).
-
-    The window is open at `since`: a replacement leaves it at exactly `at + window` (`frees_at` below), so a
-    node held until then is not held again at that instant.
-    """
-    return sorted(
-        a.at
-        for r in records
-        for a in r.actions
-        if a.actor == "controller" and a.action == Action.REPLACE and a.at > since
-    )
-
-
-class BudgetUse(TypedDict):
-    used: int
-    limit: int
-    window_h: int
-    frees_at: float | None
-
-
-def budget_use(records: list[NodeRecord], budget: Budget, now: float) -> BudgetUse:
-    """Used and allowed replacements of a budget over `records`, and when the oldest use leaves the window."""
-    window_s = budget.window_h * 3600
-    used = replacements(records, now - window_s)
-    size = sum(1 for r in records if r.state != NodeState.GONE)
-    return {
-        "used": len(used),
-        "limit": budget.limit(size),
-        "window_h": budget.window_h,
-        "frees_at": (used[0] + window_s) if used else None,
-    }
-
-
-def in_service(record: NodeRecord) -> bool:
-    """The node had passed its last check: checking or rebooting it takes capacity away from jobs."""
-    return bool(record.outcomes) and record.outcomes[-1].verdict == Verdict.PASSED
-
-
-def out_of_service(records: Iterable[NodeRecord]) -> int:
-    """Nodes the controller holds out of service: re-checks of passed nodes, recoveries in flight."""
-    return sum(
-        1
-        for r in records
-        if r.state == NodeState.RECOVERING or (r.state == NodeState.CHECKING and not r.observe_only and in_service(r))
-    )
-
-
-def out_of_service_cap(size: int, pct: int) -> int:
-    return max(1, math.floor(size * pct / 100))
 
 
 def is_held(record: NodeRecord) -> bool:
@@ -514,21 +371,6 @@ def release_holds(
         for r in records
         if is_held(r) and r.held_by == held and (group is None or r.group == group)
     ]
-
-
-def reset(state: SafetyState, group: str | None, now: float, by: str, reason: str) -> SafetyState:
-    """Close the breaker (`group` None) or lift a group's bad-capacity hold; the reset is kept."""
-    scope = "breaker" if group is None else "capacity-hold"
-    entry = Reset(at=now, scope=scope, group=group, by=by, reason=reason)
-    update: dict[str, Any] = {"resets": [*state.resets, entry][-RESET_LIMIT:]}
-    if group is None:
-        update |= {"breaker": None, "breaker_reset_at": now}
-    else:
-        update |= {
-            "capacity_holds": {g: t for g, t in state.capacity_holds.items() if g != group},
-            "capacity_reset_at": {**state.capacity_reset_at, group: now},
-        }
-    return state.model_copy(update=update)
 
 
 def _budget_text(scope: str, use: BudgetUse) -> str:

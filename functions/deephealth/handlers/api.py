@@ -11,11 +11,11 @@ from aws_lambda_powertools.event_handler.openapi.params import Path, Query
 from aws_lambda_powertools.logging import correlation_paths
 
 from deephealth import settings
+from deephealth.domain.breakers import BreakerReset
 from deephealth.domain.errors import ClusterNotFound, StaleRecord, Throttled, TransientError
 from deephealth.domain.nodes import NodeState
 from deephealth.domain.on_demand import NODE_REF_PATTERN, CheckRequest
 from deephealth.domain.policy import GROUP_NAME_PATTERN
-from deephealth.domain.safety import BreakerReset
 from deephealth.observability import MetricUnit, logger, metrics
 from deephealth.usecases import operator_actions, operator_views
 from deephealth.wiring import build_context

@@ -15,11 +15,12 @@ from deephealth.adapters.node_table import NodeTable, RoundMeta
 from deephealth.adapters.notifications import Notifier
 from deephealth.adapters.result_logs import ResultLogs
 from deephealth.adapters.round_starter import RoundStarter
+from deephealth.domain.breakers import SafetyState
 from deephealth.domain.errors import ClusterNotFound, LeaseLost
 from deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState
 from deephealth.domain.policy import ControllerConfig, GroupContext
 from deephealth.domain.rounds import LEASE_TTL_S, RoundState
-from deephealth.domain.safety import SafetyState, due_recoveries, progress_possible
+from deephealth.domain.safety import due_recoveries, progress_possible
 from deephealth.observability import logger
 
 # DescribeCluster answers change rarely (groups, NodeRecovery); a warm Lambda reuses them this long. Reconcile

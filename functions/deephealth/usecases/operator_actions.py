@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from deephealth.domain.breakers import reset
 from deephealth.domain.on_demand import JOBS_NOTE, CheckRequest, queue_checks
-from deephealth.domain.safety import release_holds, reset
+from deephealth.domain.safety import release_holds
 from deephealth.observability import logger
 from deephealth.usecases.context import Context
 from deephealth.usecases.decisions import notify, save_and_announce

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from deephealth.domain.limits import budget_use, failure_counts
 from deephealth.domain.nodes import NodeRecord, NodeState
 from deephealth.domain.on_demand import find
-from deephealth.domain.safety import budget_use, failure_counts
 from deephealth.domain.views import group_views, node_detail, node_summary, state_counts
 from deephealth.usecases.context import Context
 
