@@ -3,12 +3,13 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from deephealth.domain.actions import action_refused, action_started
 from deephealth.domain.breakers import BreakerReset, SafetyState, reset
 from deephealth.domain.limits import breaker_reason, budget_use
 from deephealth.domain.nodes import Action, ActionEntry, NodeRecord, NodeState, Outcome, Verdict
 from deephealth.domain.observe import Observation, observe
 from deephealth.domain.policy import Breaker, Budget, ClusterPolicy, GroupContext, GroupPolicy, Lemon, NodeRecovery
-from deephealth.domain.recovery import action_refused, action_started, apply_verdict, due_action, plan_recovery
+from deephealth.domain.recovery import apply_verdict, due_action, plan_recovery
 from deephealth.domain.safety import (
     HOLD_BREAKER,
     HOLD_CAPACITY,

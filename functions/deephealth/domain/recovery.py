@@ -8,7 +8,7 @@ A failed node's path, all of it here:
 - `observe_recovery_due`: HyperPod acting on the node first owns the recovery;
 - `due_action`: the action to request once due (or, with none left on the ladder, the node's settled state);
   `safety.gate_recovery` only decides whether it may be requested now;
-- `action_started` / `action_refused` / `action_unconfirmed`: what the request did;
+- `domain.actions`: what the request did (started, refused, answer lost);
 - `observe_recovering`: down and back, a new instance, or no effect (then `give_up_or_retry`).
 """
 
@@ -20,7 +20,6 @@ from deephealth.domain.nodes import (
     BEING_RECOVERED_STATUSES,
     RUNNING,
     Action,
-    ActionEntry,
     Decision,
     NodeRecord,
     NodeSnapshot,
@@ -334,69 +333,3 @@ def give_up_or_retry(
         action_retries=retries,
         **changes,
     )
-
-
-def action_started(record: NodeRecord, action: Action, now: float, trigger: str | None) -> tuple[NodeRecord, Decision]:
-    return transition(
-        record,
-        now,
-        NodeState.RECOVERING,
-        f"{action.value} requested",
-        trigger,
-        action=action,
-        action_at=now,
-        attempts=record.attempts + 1,
-        actions=with_action(record.actions, now, action, "controller", record.instance_id),
-        seen_down=False,
-        not_before=None,
-        held_by=None,
-    )
-
-
-def action_refused(
-    record: NodeRecord, action: Action, code: str, message: str, now: float, trigger: str | None
-) -> tuple[NodeRecord, Decision]:
-    """HyperPod refused the action for this node (per-node `Failed` entry), or the call itself failed.
-
-    The refused action did not happen, so it is taken back from the attempts and the budget trail.
-    """
-    undone: dict[str, object] = {
-        "attempts": max(0, record.attempts - 1),
-        "actions": _without_last(record.actions, action),
-    }
-    if code == "InstanceIdNotFound":
-        return transition(record, now, NodeState.GONE, f"{action.value} refused: {code}", trigger, **undone)
-    return give_up_or_retry(
-        record,
-        now,
-        trigger,
-        f"{action.value} refused",
-        cause=f" ({code})",
-        detail=f" ({code}: {message[:200]})",
-        backoff=True,
-        retry=action,
-        **undone,
-    )
-
-
-def action_unconfirmed(
-    record: NodeRecord, action: Action, message: str, now: float, trigger: str | None
-) -> tuple[NodeRecord, Decision]:
-    """The request's answer was lost (5xx, timeout): HyperPod may have carried it out. It stays counted (attempts,
-    budget) and is not sent again; the node stays `recovering`, so what it does next decides: down and back,
-    a new instance, or no effect for ACTION_TIMEOUT_S and then a bounded retry."""
-    return transition(
-        record,
-        now,
-        NodeState.RECOVERING,
-        f"{action.value} answer lost ({message[:200]}): counted as requested; the node's next status decides",
-        trigger,
-    )
-
-
-def _without_last(actions: list[ActionEntry], action: Action) -> list[ActionEntry]:
-    """The trail without its last controller entry for `action` (the one a refusal takes back)."""
-    for i in range(len(actions) - 1, -1, -1):
-        if actions[i].actor == "controller" and actions[i].action == action:
-            return actions[:i] + actions[i + 1 :]
-    return actions

@@ -4,9 +4,9 @@ reboots and replacements it lets through, each recorded before it is asked for."
 from __future__ import annotations
 
 from deephealth.adapters.hyperpod import ClusterInfo
+from deephealth.domain.actions import action_refused, action_started, action_unconfirmed
 from deephealth.domain.errors import ClusterNotFound
 from deephealth.domain.nodes import Action, NodeRecord
-from deephealth.domain.recovery import action_refused, action_started, action_unconfirmed
 from deephealth.domain.rounds import RoundState
 from deephealth.domain.safety import gate_recovery
 from deephealth.observability import logger, node_metric
