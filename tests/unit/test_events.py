@@ -346,3 +346,12 @@ def test_intake_never_raises_for_any_json_value(intake, event):
         assert result["reason"] and len(result["reason"]) <= 1000
     else:
         assert event["account"] == OWN_ACCOUNT and event["region"] == OWN_REGION, "only our own events reach it"
+
+
+def test_an_unknown_detail_type_of_escaped_characters_keeps_its_reason_short():
+    # repr turns "\U0002ebe1" into ten characters: the reason is clipped after quoting, not before.
+    detail_type = "0" * 27 + "\x1f" * 14 + "\U0002ebe1" * 59
+    result = classify(detail_type, {}, "a307fae0-6937-40f9-af2f-16eb873d340a")
+    assert isinstance(result, Ignored)
+    assert len(result.reason) <= 200
+    assert result.reason.startswith("unknown detail-type '000")

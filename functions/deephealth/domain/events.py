@@ -157,7 +157,7 @@ def classify(detail_type: str, detail: object, event_id: str) -> NodeSignal | Cl
             )
     except ValidationError as err:
         raise MalformedEvent(describe(err)) from None
-    return Ignored(f"unknown detail-type {detail_type[:100]!r}")
+    return Ignored(f"unknown detail-type {quoted(detail_type, 100)}")
 
 
 def _cluster_event(d: ClusterEventDetails, event_id: str) -> NodeSignal | ClusterSignal | Ignored:
@@ -181,7 +181,7 @@ def _cluster_event(d: ClusterEventDetails, event_id: str) -> NodeSignal | Cluste
         )
     if d.ResourceType in ("Cluster", "InstanceGroup"):
         return ClusterSignal(cluster=d.ClusterName, event_id=eid, reason=description, cluster_arn=d.ClusterArn)
-    return Ignored(f"unknown ResourceType {d.ResourceType[:50]!r}")
+    return Ignored(f"unknown ResourceType {quoted(d.ResourceType, 50)}")
 
 
 # Instance events that only announce a step towards readiness (the documented descriptions). Anything else,
@@ -205,9 +205,9 @@ def foreign_origin(
     `ClusterArn`. Our own account/region come from the function's ARN; an unknown one is not compared.
     """
     if own_account and account != own_account:
-        return f"envelope account {account[:20]!r} is not this account"
+        return f"envelope account {quoted(account, 20)} is not this account"
     if own_region and region != own_region:
-        return f"envelope region {region[:30]!r} is not this region"
+        return f"envelope region {quoted(region, 30)} is not this region"
     for arn in arns:
         if not isinstance(arn, str) or not arn.startswith("arn:"):
             continue  # not an ARN: nothing to compare (ClusterArn itself is validated by the models)
@@ -216,10 +216,16 @@ def foreign_origin(
             continue  # too few fields for an ARN
         arn_region, arn_account = parts[3], parts[4]
         if own_account and arn_account and arn_account != own_account:
-            return f"{arn[:200]!r} names another account"
+            return f"{quoted(arn, 200)} names another account"
         if own_region and arn_region and arn_region != own_region:
-            return f"{arn[:200]!r} names another region"
+            return f"{quoted(arn, 200)} names another region"
     return None
+
+
+def quoted(text: str, limit: int) -> str:
+    """`text` quoted for a log line, at most `limit` characters long: `repr` can turn one character into ten."""
+    shown = repr(text[:limit])
+    return shown if len(shown) <= limit else shown[: limit - 4] + "...'"
 
 
 def describe(err: ValidationError) -> str:
