@@ -226,6 +226,7 @@ def _snapshot(s: dict[str, Any]) -> NodeSnapshot:
         status=(s.get("InstanceStatus") or {}).get("Status", "Pending"),
         instance_type=s.get("InstanceType"),
         launched_at=launched.timestamp() if isinstance(launched, dt.datetime) else None,
+        hostname=s.get("PrivateDnsHostname") or None,
     )
 
 

@@ -78,6 +78,7 @@ class NodeSnapshot(BaseModel):
     status: str
     instance_type: str | None = None
     launched_at: float | None = None  # LaunchTime (epoch s): what ListClusterNodes' creation-time filters match
+    hostname: str | None = None  # PrivateDnsHostname: result log streams may be named by it
 
     @property
     def key(self) -> str:
