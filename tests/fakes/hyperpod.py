@@ -16,54 +16,107 @@ Use it inside ``moto.mock_aws()``::
         fake.advance(3600)
 
 Shapes follow the botocore 1.44.8 service model. Behaviour AWS does not document is marked ``INFERRED``
-where it is decided. The ones a controller can notice:
+where it is decided. Where several readings are plausible, the fake plays the one in ``self.readings``
+(``tests/fakes/readings.py``: result log stream and line, log lag, status after a failed check, a second
+request, queued status, HyperPod's own recovery, unsupported instance types, launch failures, vanishing
+nodes, the creation-time filter, check start delay, EventBridge metadata, event wording); its defaults are
+the choices below. The ones a controller can notice:
 
 - ListClusterNodes pages 10 nodes when MaxResults is absent; NextToken is an opaque cursor. Nodes still
   waiting for EC2 (IncludeNodeLogicalIds=true only) show InstanceId "" and Status Pending; ``add_node``
   nodes get their instance id after ``launch_delay_s`` and stay Pending while the lifecycle script runs.
+  CreationTimeAfter/Before (and sorting by creation time) use LaunchTime.
 - StartClusterHealthCheck rejects bad input with ValidationException (the model lists only
   ResourceNotFound). Nodes not Running at request time are skipped; the others show
-  DeepHealthCheckInProgress 30 s after the request. A "skip" node (job running) stays Running and is
-  released after 10 min. The error text for a second active request is made up around the doc sentence.
-- A failed on-demand check: NodeRecovery Automatic -> HyperPod replaces (never reboots) the instance;
-  None -> the node goes back to Running. A failed on-start check with None leaves the node in Failure.
+  DeepHealthCheckInProgress 30 s after the request. A node busy with a job (``set_busy``, or truth "skip")
+  stays Running while the check waits for the job; if the job outlasts 10 min the node is skipped with no
+  result line. A second request while one is active is refused with a made-up error text built around the
+  doc sentence. Every instance type is checked.
+- Each accepted request is one DeepHealthCheck cluster operation (ListClusterOperations /
+  DescribeClusterOperation), InProgress until its last node ends, then Done.
+- One result line per node and check, in stream ``DeepHealthCheckResults/<instance-id>``, a JSON line that
+  does not name the instance, readable at once and before the node's status changes.
+- A failed on-demand check: NodeRecovery Automatic -> HyperPod replaces (never reboots) the instance at
+  once; None -> the node goes back to Running. A failed on-start check with None leaves the node in Failure.
 - Reboot: Pending for ``reboot_duration_s``, no on-start checks afterwards. Replace: ShuttingDown for
   60 s, then a new instance id, Pending, Running ``replace_duration_s`` after the request (then on-start
-  checks, if the group has them).
+  checks, if the group has them). Launches never fail and nodes never vanish from listings.
 - Batch per-node errors, first match wins: unknown -> InstanceIdNotFound; replace of a Slurm controller
-  -> InvalidInstanceStatus; reboot/replace in flight -> InstanceIdInUse; DeepHealthCheckInProgress,
-  Pending, ShuttingDown, SystemUpdating or no instance yet -> InvalidInstanceStatus. Failure is allowed.
+  -> InvalidInstanceStatus; reboot/replace/move in flight -> InstanceIdInUse; DeepHealthCheckInProgress
+  (unless isolated after a failed check), Pending, ShuttingDown, SystemUpdating or no instance yet ->
+  InvalidInstanceStatus. Failure is allowed.
 - DescribeClusterNode of an unknown (or replaced) instance id -> ResourceNotFound.
+- ``move_nodes`` (MoveClusterNodes, an operator's action): same ids, DetachInProgress 60 s, then the new
+  group, AttachInProgress while the lifecycle scripts re-run, then Running (or on-start checks).
 - A Deleting cluster still answers Describe/List but refuses checks and node actions; 300 s later it is
   gone. Clusters are visible only to the fake's own region and account.
 - The replacement event texts ("Instance replacement started|completed for EC2 Instance <id> in Cluster
-  <c> and IG <g>") complete wording the events reference truncates.
+  <c> and IG <g>") differ from the events reference's wording; EventBridge delivers EventMetadata populated.
 """
 
 from __future__ import annotations
 
-import base64
 import collections
 import contextlib
 import heapq
 import itertools
 import json
 import random
-import re
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any, Literal
 from unittest import mock
 
-START_EPOCH = 1_790_000_000.0
+from tests.fakes.checks import HealthChecks
+from tests.fakes.model import (
+    BUSY_STATUSES,
+    CHECK_START_DELAY_S,
+    CHECK_TYPES,
+    DEFAULT_PAGE_SIZE,
+    DELETE_S,
+    DETACH_S,
+    JOB_WAIT_S,
+    LIFECYCLE,
+    SHUTDOWN_S,
+    ApiError,
+    Clock,
+    Cluster,
+    Cure,
+    GroupSpec,
+    HealthCheck,
+    Node,
+    NodeType,
+    Outcome,
+    _api_event,
+    _check_node_ids,
+    _iso,
+    _ms,
+    _paginate,
+    _snake,
+    _validation,
+)
+from tests.fakes.readings import Readings
 
-NodeType = Literal["Compute", "Controller", "Login"]
-Outcome = Literal["pass", "fail", "skip"]
-Cure = Literal["reboot", "replace"]
+__all__ = [
+    "CHECK_START_DELAY_S",
+    "CHECK_TYPES",
+    "DEFAULT_PAGE_SIZE",
+    "JOB_WAIT_S",
+    "OPERATIONS",
+    "ApiError",
+    "Clock",
+    "Cluster",
+    "Cure",
+    "FakeHyperPod",
+    "GroupSpec",
+    "HealthCheck",
+    "Node",
+    "NodeType",
+    "Outcome",
+    "Readings",
+    "install",
+]
 
-CHECK_TYPES = ("InstanceStress", "InstanceConnectivity", "MultiNodeTrainingValidation")
 OPERATIONS = (
     "DescribeCluster",
     "ListClusters",
@@ -75,130 +128,18 @@ OPERATIONS = (
     "BatchReplaceClusterNodes",
     "ListClusterEvents",
     "DescribeClusterEvent",
-)
-
-DEFAULT_PAGE_SIZE = 10  # INFERRED; small on purpose so callers that forget to paginate are caught
-CHECK_START_DELAY_S = 30.0  # request accepted -> nodes show DeepHealthCheckInProgress
-JOB_WAIT_S = 600.0  # [DOC] a check waits up to 10 min for a running job, then skips the node
-SHUTDOWN_S = 60.0  # replace: ShuttingDown before the new instance id appears
-DELETE_S = 300.0
-LIFECYCLE = {"SourceS3Uri": "s3://sagemaker-lifecycle/scripts/", "OnCreate": "on_create.sh"}
-NODE_ID_RE = re.compile(r"i-[a-f0-9]{8}(?:[a-f0-9]{9})?")
-BUSY_STATUSES = {"DeepHealthCheckInProgress", "Pending", "ShuttingDown", "SystemUpdating"}
-FAULT_MSG = (
-    "Encountered FaultyInstance. Replace the Instance. Region: {region}, InstanceType: {itype}. "
-    "ERROR: DCGM diagnostic level 4 failed on GPU 3"
+    "ListClusterOperations",
+    "DescribeClusterOperation",
 )
 
 
-class Clock:
-    """Virtual epoch seconds. Listeners run after every advance, so fakes that share the clock stay current
-    whichever of them (or the test) moves time."""
-
-    def __init__(self, start: float = START_EPOCH) -> None:
-        self._now = float(start)
-        self._listeners: list[Callable[[float], None]] = []
-
-    def now(self) -> float:
-        return self._now
-
-    def advance(self, seconds: float) -> None:
-        if seconds < 0:
-            raise ValueError("time only moves forward")
-        self._now += seconds
-        for listener in list(self._listeners):
-            listener(self._now)
-
-    def subscribe(self, listener: Callable[[float], None]) -> None:
-        self._listeners.append(listener)
-
-
-@dataclass(frozen=True)
-class GroupSpec:
-    name: str
-    instance_type: str = "ml.p5.48xlarge"
-    count: int = 0
-    node_type: NodeType = "Compute"
-    on_start_checks: tuple[str, ...] = ()
-
-
-@dataclass
-class Node:
-    logical_id: str
-    group: str
-    instance_type: str
-    created: float  # the logical node's creation, stable across replacements
-    seq: int  # tie-breaker so sort keys (and page cursors) are unique
-    az: str
-    status: str = "Pending"
-    instance_id: str = ""  # "" while EC2 has not launched an instance for this node yet
-    instance_ids: list[str] = field(default_factory=list)  # every instance this logical node ever had
-    launch_time: float = 0.0
-    private_ip: str = ""
-    truth: Outcome = "pass"  # result of the next deep health check of the current instance
-    cured_by: Cure = "replace"  # for truth "fail": does a reboot fix it, or only new hardware
-    replacement_truth: Outcome = "pass"  # one-shot: what the next replacement instance will be
-    replacement_cured_by: Cure = "replace"
-    in_flight: str | None = None  # "reboot" | "replace" while one runs: a second action gets InstanceIdInUse
-
-    @property
-    def launched(self) -> float:
-        """LaunchTime as the API shows it; a node still waiting for EC2 shows its creation time (INFERRED)."""
-        return self.launch_time or self.created
-
-
-@dataclass
-class HealthCheck:
-    """One on-demand StartClusterHealthCheck request, plus anything merged into it."""
-
-    requested: float
-    pending: set[str] = field(default_factory=set)  # logical ids not finished or skipped yet
-    results: dict[str, str] = field(default_factory=dict)  # logical id -> "pass" | "fail" | "skip"
-    ended: float | None = None
-
-
-@dataclass
-class Cluster:
-    name: str
-    cluster_id: str
-    arn: str
-    groups: dict[str, GroupSpec]
-    node_recovery: str
-    creation_time: float
-    status: str = "InService"
-    nodes: dict[str, Node] = field(default_factory=dict)  # by NodeLogicalId
-    events: list[dict[str, Any]] = field(default_factory=list)  # ListClusterEvents records (EventTime in ms)
-    check: HealthCheck | None = None  # the active on-demand check, if any
-    checks: list[HealthCheck] = field(default_factory=list)  # history, for assertions
-    gone: bool = False
-    deleting_at: float | None = None  # when DeleteCluster was accepted
-
-    def by_instance(self, instance_id: str) -> Node | None:
-        return next((n for n in self.nodes.values() if n.instance_id and n.instance_id == instance_id), None)
-
-
-class ApiError(Exception):
-    def __init__(self, code: str, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.code, self.message, self.status = code, message, status
-
-
-def _validation(message: str) -> ApiError:
-    return ApiError("ValidationException", message)
-
-
-def _iso(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _ms(t: float) -> int:
-    return round(t * 1000)
-
-
-class FakeHyperPod:
+class FakeHyperPod(HealthChecks):
     def __init__(self, clock: Clock, region: str = "us-east-1", account: str = "123456789012", seed: int = 0) -> None:
         self.clock, self.region, self.account = clock, region, account
         self._rng = random.Random(seed)
+        # Every draw a reading needs comes from its own stream, so default runs draw exactly as before.
+        self._reading_rng = random.Random(seed + 100)
+        self.readings: Readings = Readings()  # read at the moment of use: a test or the twin replaces it
         self._clusters: dict[str, Cluster] = {}
         self._timers: list[tuple[float, int, Cluster, Callable[[], None]]] = []
         self._seq = itertools.count()
@@ -212,7 +153,6 @@ class FakeHyperPod:
         self.reboot_duration_s = 600.0
         self.replace_duration_s = 1800.0  # total, ShuttingDown (60 s) included
         self.launch_delay_s = 60.0  # add_node: seconds before EC2 hands out the instance id
-        self.second_check_request: Literal["reject", "merge"] = "reject"
 
         self.events: list[dict[str, Any]] = []  # EventBridge outbox
         self.calls: collections.Counter[str] = collections.Counter()
@@ -281,12 +221,35 @@ class FakeHyperPod:
         turns a reboot-curable "fail" into "pass"; a replacement installs the replacement truth."""
         n = self.node(cluster_name, logical_id)
         n.truth, n.cured_by = outcome, cured_by
+        self._truth_changed(n)
 
     def set_truth_replacement(
         self, cluster_name: str, logical_id: str, outcome: Outcome, cured_by: Cure = "replace"
     ) -> None:
         n = self.node(cluster_name, logical_id)
         n.replacement_truth, n.replacement_cured_by = outcome, cured_by
+
+    def set_busy(self, cluster_name: str, logical_id: str, until: float) -> None:
+        """A Slurm job holds the node until ``until`` (epoch s): a check requested meanwhile queues behind it
+        (decided at request time)."""
+        self.node(cluster_name, logical_id).busy_until = until
+
+    def move_nodes(self, cluster_name: str, logical_ids: list[str], to_group: str, attach_s: float = 600.0) -> None:
+        """An operator's MoveClusterNodes: each node keeps its instance id and NodeLogicalId, shows
+        DetachInProgress for 60 s, joins ``to_group`` and shows AttachInProgress while the lifecycle scripts
+        re-run (``attach_s``), then Running (or the target group's on-start checks)."""
+        self._catch_up()
+        c = self._clusters[cluster_name]
+        if to_group not in c.groups:
+            raise ValueError(f"no instance group {to_group} in {cluster_name}")
+        nodes = [c.nodes[lid] for lid in logical_ids]
+        for n in nodes:
+            if n.in_flight or not n.instance_id:
+                raise ValueError(f"node {n.logical_id} cannot move now ({n.in_flight or 'no instance yet'})")
+            if n.instance_type != c.groups[to_group].instance_type:  # [MODEL] NodeInstanceTypeMismatch
+                raise ValueError(f"node {n.logical_id} is a {n.instance_type}, group {to_group} is not")
+        for n in nodes:
+            self._detach(c, n, to_group, attach_s)
 
     def replace_now(self, cluster_name: str, logical_id: str) -> None:
         """HyperPod replaces the node on its own right now (e.g. its health agent found a fault mid-check)."""
@@ -394,15 +357,21 @@ class FakeHyperPod:
         c = self._cluster(p, visible)
         with_logical = bool(p.get("IncludeNodeLogicalIds", False))
         nodes = [n for n in c.nodes.values() if with_logical or n.instance_id]
-        nodes = [n for n in nodes if p.get("InstanceGroupNameContains", "") in n.group]
-        # INFERRED: "creation time" is the LaunchTime the summaries show (a replacement is a new instance and
-        # moves to the end); nodes have no name, so NAME orders by group, then instance id.
+        nodes = [n for n in nodes if p.get("InstanceGroupNameContains", "") in n.group and self._listed(n)]
+        # INFERRED (reading creation_time_filter): "creation time" is the LaunchTime the summaries show (a
+        # replacement is a new instance and moves to the end), or the logical node's creation; nodes have no
+        # name, so NAME orders by group, then instance id.
+        logical = self.readings.creation_time_filter == "logical"
+
+        def created(n: Node) -> float:
+            return n.created if logical else n.launched
+
         if "CreationTimeAfter" in p:
-            nodes = [n for n in nodes if n.launched > p["CreationTimeAfter"]]
+            nodes = [n for n in nodes if created(n) > p["CreationTimeAfter"]]
         if "CreationTimeBefore" in p:
-            nodes = [n for n in nodes if n.launched < p["CreationTimeBefore"]]
+            nodes = [n for n in nodes if created(n) < p["CreationTimeBefore"]]
         by_name = p.get("SortBy") == "NAME"
-        key = (lambda n: [n.group, n.instance_id, n.seq]) if by_name else (lambda n: [n.launched, n.seq])
+        key = (lambda n: [n.group, n.instance_id, n.seq]) if by_name else (lambda n: [created(n), n.seq])
         page, token = _paginate(nodes, key, p, descending=p.get("SortOrder") == "Descending")
         summaries = []
         for n in page:
@@ -429,8 +398,8 @@ class FakeHyperPod:
             _check_node_ids([node_id], "nodeId")
             n = c.by_instance(node_id)
         else:
-            n = c.nodes.get(logical_id)
-        if n is None:
+            n = c.nodes.get(logical_id or "")
+        if n is None or not self._listed(n):
             raise ApiError("ResourceNotFound", f"Node {node_id or logical_id} not found in cluster {c.name}.")
         d: dict[str, Any] = {
             "InstanceGroupName": n.group,
@@ -446,63 +415,6 @@ class FakeHyperPod:
         if n.private_ip:
             d.update(PrivatePrimaryIp=n.private_ip, PrivateDnsHostname=self._hostname(n.private_ip))
         return {"NodeDetails": d}
-
-    def _op_start_cluster_health_check(self, p: dict[str, Any], visible: bool) -> dict:
-        c = self._mutable(p, visible)
-        configs = p.get("DeepHealthCheckConfigurations") or []
-        if not 1 <= len(configs) <= 99:
-            raise _validation("DeepHealthCheckConfigurations must have between 1 and 99 items.")
-        targets: dict[str, set[str]] = {}  # logical id -> check types; overlapping configs merge [MODEL]
-        for cfg in configs:
-            group = cfg.get("InstanceGroupName", "")
-            checks = cfg.get("DeepHealthChecks") or []
-            if not 1 <= len(checks) <= 3:
-                raise _validation("DeepHealthChecks must have between 1 and 3 items.")
-            if bad := [t for t in checks if t not in CHECK_TYPES]:
-                raise _validation(
-                    f"Value {bad} at 'deepHealthChecks' failed to satisfy constraint: "
-                    f"Member must satisfy enum value set: [{', '.join(CHECK_TYPES)}]"
-                )
-            spec = c.groups.get(group)
-            if spec is None:
-                raise _validation(f"Instance group {group} not found in cluster {c.name}.")
-            if spec.node_type != "Compute":  # [DOC] deep health checks run on worker nodes only
-                raise _validation(
-                    f"Deep health checks run on worker nodes only; instance group {group} "
-                    f"is a Slurm {spec.node_type} group."
-                )
-            members = [n for n in c.nodes.values() if n.group == group and n.instance_id]
-            if "InstanceIds" in cfg:
-                ids = cfg["InstanceIds"]
-                if not 1 <= len(ids) <= 500:
-                    raise _validation("InstanceIds must have between 1 and 500 items.")
-                _check_node_ids(ids, "instanceIds")
-                by_id = {n.instance_id: n for n in members}
-                if missing := [i for i in ids if i not in by_id]:
-                    raise _validation(f"Instances {missing} not found in instance group {group}.")
-                members = [by_id[i] for i in dict.fromkeys(ids)]
-            if "InstanceConnectivity" in checks and len(members) < 2:
-                raise _validation("InstanceConnectivity requires at least 2 nodes.")
-            for n in members:
-                targets.setdefault(n.logical_id, set()).update(checks)
-
-        if c.check is not None:
-            self.started_while_active += 1
-            if self.second_check_request == "reject":  # INFERRED wording; the doc only states the limit
-                self.rejected_while_active.append((self._t, c.name, configs))
-                raise _validation(
-                    f"A deep health check is already in progress for cluster {c.name}. Only one on-demand "
-                    "deep health check request can be active per cluster."
-                )
-            check = c.check
-        else:
-            check = HealthCheck(requested=self._t)
-            c.checks.append(check)
-            c.check = check
-        for lid, checks in targets.items():
-            self._enqueue_check(c, check, c.nodes[lid], checks)
-        self._maybe_end_check(c, check)
-        return {"ClusterArn": c.arn}
 
     def _op_batch_reboot_cluster_nodes(self, p: dict[str, Any], visible: bool) -> dict:
         return self._batch(p, visible, "reboot")
@@ -573,7 +485,7 @@ class FakeHyperPod:
     def _try_action(self, c: Cluster, n: Node | None, action: str, ref: str) -> dict[str, str] | None:
         """Start ``action`` on ``n`` for the controller, or return the per-node error entry."""
         noun = "replacement" if action == "replace" else "rebooting"
-        if n is None:
+        if n is None or not self._listed(n):
             return {"ErrorCode": "InstanceIdNotFound", "Message": f"Node {ref} not found in {c.name}."}
         if action == "replace" and c.groups[n.group].node_type == "Controller":
             return {
@@ -585,7 +497,7 @@ class FakeHyperPod:
                 "ErrorCode": "InstanceIdInUse",
                 "Message": f"Another operation ({n.in_flight}) is already in progress for this node.",
             }
-        if n.status in BUSY_STATUSES or not n.instance_id:
+        if (n.status in BUSY_STATUSES and not n.isolated) or not n.instance_id:
             return {
                 "ErrorCode": "InvalidInstanceStatus",
                 "Message": f"Node is in {n.status} status, which does not allow {noun}. Wait for the "
@@ -597,42 +509,57 @@ class FakeHyperPod:
             self._replace(c, n, "controller")
         return None
 
-    def _reboot(self, c: Cluster, n: Node, actor: str) -> None:
+    def _reboot(self, c: Cluster, n: Node, actor: str, duration: float | None = None) -> None:
         self.actions.append((self._t, "reboot", n.logical_id, actor))
         n.in_flight, n.status = "reboot", "Pending"
+        n.isolated, n.retry_due = False, None  # an action ends the isolation and pre-empts HyperPod's retry
         self._instance_event(c, n, f"Reboot of EC2 Instance {n.instance_id} is currently in progress")
-        self._at(c, self.reboot_duration_s, lambda: self._rebooted(n))
+        self._at(c, self.reboot_duration_s if duration is None else duration, lambda: self._rebooted(n))
 
     def _rebooted(self, n: Node) -> None:
         n.in_flight, n.status = None, "Running"  # INFERRED: a reboot does not re-run on-start checks
         if n.truth == "fail" and n.cured_by == "reboot":
             n.truth = "pass"
+            self._truth_changed(n)
 
     def _replace(self, c: Cluster, n: Node, actor: str) -> None:
         self.actions.append((self._t, "replace", n.logical_id, actor))
         n.in_flight, n.status = "replace", "ShuttingDown"
-        self._instance_event(
-            c,
-            n,
-            f"Instance replacement started for EC2 Instance {n.instance_id} in Cluster {c.name} and IG {n.group}",
-        )
+        n.isolated, n.retry_due = False, None
+        if self.readings.event_wording == "reference":
+            text = (
+                f"Instance {n.instance_id} is starting as part of instance replacement "
+                f"in Cluster {c.name} and IG {n.group}"
+            )
+        else:
+            text = f"Instance replacement started for EC2 Instance {n.instance_id} in Cluster {c.name} and IG {n.group}"
+        self._instance_event(c, n, text)
         lcs_s = max(self.replace_duration_s - SHUTDOWN_S, 0.0)
         self._at(c, min(SHUTDOWN_S, self.replace_duration_s), lambda: self._launched(c, n, lcs_s))
 
     # ---- provisioning -----------------------------------------------------------------------------
+
+    def _truth_changed(self, n: Node) -> None:
+        """Hook: ``n.truth`` or ``n.instance_id`` just changed (the twin keeps per-instance truth history)."""
 
     def _new_instance(self, n: Node) -> None:
         n.instance_id = "i-" + "".join(self._rng.choice("0123456789abcdef") for _ in range(17))
         n.instance_ids.append(n.instance_id)
         n.launch_time = self._t
         n.private_ip = f"10.1.{self._rng.randrange(256)}.{self._rng.randrange(1, 255)}"
+        self._truth_changed(n)
 
-    def _launched(self, c: Cluster, n: Node, lcs_s: float) -> None:
-        """EC2 handed out a (new) instance for ``n``; its lifecycle script now runs for ``lcs_s``."""
-        if n.instance_id:  # a replacement: the new hardware brings its own truth
+    def _launched(self, c: Cluster, n: Node, lcs_s: float, retry: bool = False) -> None:
+        """EC2 handed out a (new) instance for ``n``; its lifecycle script now runs for ``lcs_s``. ``retry``:
+        HyperPod's retry after a launch that failed (not a hardware fault: the truth stays)."""
+        if n.instance_id and not retry:  # a replacement: the new hardware brings its own truth
             n.truth, n.cured_by = n.replacement_truth, n.replacement_cured_by
             n.replacement_truth, n.replacement_cured_by = "pass", "replace"
         self._new_instance(n)
+        rate = self.readings.transient_failure_rate
+        if rate > 0 and self._reading_rng.random() < rate:  # not recorded in self.actions: no _replace
+            self._fail_then_retry(c, n, lambda: self._launched(c, n, lcs_s, retry=True))
+            return
         n.status = "Pending"
         self._instance_event(
             c,
@@ -646,11 +573,7 @@ class FakeHyperPod:
         self._lcs_event(c, n, "Succeeded")
         if n.in_flight == "replace":
             n.in_flight = None
-            self._instance_event(
-                c,
-                n,
-                f"Instance replacement completed for EC2 Instance {n.instance_id} in Cluster {c.name} and IG {n.group}",
-            )
+            self._instance_event(c, n, self._replacement_completed(c, n))
         checks = c.groups[n.group].on_start_checks
         if not checks:
             n.status = "Running"
@@ -658,6 +581,45 @@ class FakeHyperPod:
         # On-start checks: a fresh node has no jobs, so truth "skip" is treated as "pass" (INFERRED).
         n.status = "DeepHealthCheckInProgress"
         self._at(c, self._duration(checks), lambda: self._on_start_check_done(c, n))
+
+    def _replacement_completed(self, c: Cluster, n: Node) -> str:
+        if self.readings.event_wording == "reference":
+            return (
+                f"Instance {n.instance_id} replacement completed successfully as part of instance replacement "
+                f"in Cluster {c.name} and IG {n.group}"
+            )
+        return f"Instance replacement completed for EC2 Instance {n.instance_id} in Cluster {c.name} and IG {n.group}"
+
+    def _fail_then_retry(self, c: Cluster, n: Node, retry: Callable[[], None]) -> None:
+        """[D-CPE] Failure: HyperPod retries with a new EC2 instance after ``failure_retry_s``; meanwhile the
+        node may be missing from listings (``vanish_s`` from now, never past the retry). A reboot or replace
+        by someone else first cancels the retry."""
+        n.status = "Failure"
+        wait = self._draw(self.readings.failure_retry_s)
+        n.hidden_until = self._t + min(self._draw(self.readings.vanish_s), wait)
+        due = n.retry_due = self._t + wait
+
+        def go() -> None:
+            if n.retry_due == due and n.status == "Failure":
+                n.retry_due = None
+                retry()
+
+        self._at(c, wait, go)
+
+    def _detach(self, c: Cluster, n: Node, to_group: str, attach_s: float) -> None:
+        if c.check is not None and n.logical_id in c.check.pending:
+            self._check_finished(c, c.check, n, "moved")
+        n.in_flight, n.status, n.isolated, n.retry_due = "move", "DetachInProgress", False, None
+        self._at(c, DETACH_S, lambda: self._attach(c, n, to_group, attach_s))
+
+    def _attach(self, c: Cluster, n: Node, to_group: str, attach_s: float) -> None:
+        n.group, n.status = to_group, "AttachInProgress"  # re-imaged: the target group's scripts run
+        self._lcs_event(c, n, "Started")
+        self._at(c, attach_s, lambda: self._attached(c, n))
+
+    def _attached(self, c: Cluster, n: Node) -> None:
+        n.in_flight = None
+        self._lcs_done(c, n)  # Succeeded event, then Running or the target group's on-start checks
 
     def _on_start_check_done(self, c: Cluster, n: Node) -> None:
         if n.truth != "fail":
@@ -669,74 +631,6 @@ class FakeHyperPod:
             self._replace(c, n, "hyperpod")
         else:  # INFERRED: nobody acts, the node stays isolated in Failure
             n.status = "Failure"
-
-    # ---- on-demand deep health checks -------------------------------------------------------------
-
-    def _enqueue_check(self, c: Cluster, check: HealthCheck, n: Node, checks: set[str]) -> None:
-        if n.logical_id in check.pending or n.logical_id in check.results:
-            return  # merged request: the node is already part of the active check
-        if n.status != "Running":  # INFERRED: nodes busy at request time are skipped
-            check.results[n.logical_id] = "skip"
-            return
-        check.pending.add(n.logical_id)
-        if n.truth == "skip":  # a job holds the node; HyperPod waits 10 min for it, then skips the node
-            self._at(c, JOB_WAIT_S, lambda: self._check_finished(c, check, n, "skip"))
-        else:
-            self._at(c, CHECK_START_DELAY_S, lambda: self._check_begins(c, check, n, checks))
-
-    def _check_begins(self, c: Cluster, check: HealthCheck, n: Node, checks: set[str]) -> None:
-        if n.status != "Running":  # e.g. rebooted between request and start
-            self._check_finished(c, check, n, "skip")
-            return
-        n.status = "DeepHealthCheckInProgress"
-        self._at(c, self._duration(checks), lambda: self._check_ends(c, check, n))
-
-    def _check_ends(self, c: Cluster, check: HealthCheck, n: Node) -> None:
-        if n.logical_id not in check.pending:
-            return  # the node left the check early (replaced mid-check)
-        passed = n.truth != "fail"  # a check that already started is not skipped any more
-        self._write_result(c, n, passed=passed)
-        if not passed and c.node_recovery == "Automatic":
-            self._replace(c, n, "hyperpod")  # INFERRED: HyperPod's choice of recovery is always replace here
-        else:
-            n.status = "Running"  # NodeRecovery None: the node is faulty, but HyperPod takes no action
-        self._check_finished(c, check, n, "pass" if passed else "fail")
-
-    def _check_finished(self, c: Cluster, check: HealthCheck, n: Node, outcome: str) -> None:
-        check.results[n.logical_id] = outcome
-        check.pending.discard(n.logical_id)
-        self._maybe_end_check(c, check)
-
-    def _maybe_end_check(self, c: Cluster, check: HealthCheck) -> None:
-        if not check.pending and check.ended is None:
-            check.ended = self._t
-            if c.check is check:
-                c.check = None
-
-    def _duration(self, checks: set[str] | tuple[str, ...]) -> float:
-        return sum(self.check_duration_s[t] for t in set(checks))
-
-    def _write_result(self, c: Cluster, n: Node, passed: bool) -> None:
-        """Append the result line to moto's CloudWatch Logs, at the virtual time.
-
-        Written through moto's backend objects, not PutLogEvents: moto (like AWS) silently rejects events
-        older than 14 days or more than 2 h ahead of *wall* time, and virtual time is neither."""
-        from moto.logs.models import logs_backends
-
-        backend = logs_backends[self.account][self.region]
-        group = f"/aws/sagemaker/Clusters/{c.name}/{c.cluster_id}"
-        stream = f"DeepHealthCheckResults/{n.instance_id}"
-        if group not in backend.groups:
-            backend.create_log_group(group, tags={})
-        log_group = backend.groups[group]
-        if stream not in log_group.streams:
-            log_group.create_log_stream(stream)
-        if passed:
-            line = {"level": "info", "ts": _iso(self._t), "msg": "Deep health check passed"}
-        else:
-            msg = FAULT_MSG.format(region=self.region, itype=n.instance_type)
-            line = {"level": "error", "ts": _iso(self._t), "msg": msg}
-        log_group.streams[stream].put_log_events([{"timestamp": _ms(self._t), "message": json.dumps(line)}])
 
     # ---- cluster lifecycle, events, time ----------------------------------------------------------
 
@@ -813,6 +707,8 @@ class FakeHyperPod:
             "EventDetails": {"EventMetadata": {"Instance": {"NodeLogicalId": n.logical_id, **metadata}}},
         }
         c.events.append({**record, "_seq": next(self._seq)})
+        if self.readings.event_metadata == "null":  # ListClusterEvents / DescribeClusterEvent keep it
+            record = {**record, "EventDetails": {"EventMetadata": None}}
         self._envelope(c, "SageMaker HyperPod Cluster Event", {"EventDetails": record})
 
     def _lcs_event(self, c: Cluster, n: Node, state: str) -> None:
@@ -830,6 +726,17 @@ class FakeHyperPod:
     def _uuid(self) -> str:
         return str(uuid.UUID(int=self._rng.getrandbits(128), version=4))
 
+    def _reading_uuid(self) -> str:
+        return str(uuid.UUID(int=self._reading_rng.getrandbits(128), version=4))
+
+    def _draw(self, span: tuple[float, float]) -> float:
+        """Uniform in [lo, hi]; a degenerate range draws nothing (so defaults consume no randomness)."""
+        lo, hi = span
+        return lo if lo == hi else self._reading_rng.uniform(lo, hi)
+
+    def _listed(self, n: Node) -> bool:
+        return n.hidden_until <= self._t
+
     def _at(self, c: Cluster, delay: float, fn: Callable[[], None]) -> None:
         heapq.heappush(self._timers, (self._t + delay, next(self._seq), c, fn))
 
@@ -845,47 +752,6 @@ class FakeHyperPod:
 
     def _catch_up(self) -> None:
         self._run_until(self.clock.now())
-
-
-def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
-
-
-def _api_event(record: dict[str, Any]) -> dict[str, Any]:
-    """A stored event record as the API returns it: EventTime in epoch seconds, no private fields."""
-    return {k: (v / 1000 if k == "EventTime" else v) for k, v in record.items() if k != "_seq"}
-
-
-def _check_node_ids(ids: list[str], member: str) -> None:
-    # botocore does not enforce patterns client-side; the service does
-    if bad := [i for i in ids if not NODE_ID_RE.fullmatch(i)]:
-        raise _validation(
-            f"Value {bad} at '{member}' failed to satisfy constraint: Member must satisfy "
-            f"regular expression pattern: {NODE_ID_RE.pattern}"
-        )
-
-
-def _paginate(
-    items: list[Any], key: Callable[[Any], list], p: dict[str, Any], descending: bool
-) -> tuple[list[Any], dict[str, str]]:
-    """Sort, then page with a cursor (the sort key of the last item returned), so items that appear or
-    change between pages are neither repeated nor skipped."""
-    size = p.get("MaxResults", DEFAULT_PAGE_SIZE)
-    if not 1 <= size <= 100:
-        raise _validation("MaxResults must be between 1 and 100.")
-    keyed = [(key(i), i) for i in items]
-    if token := p.get("NextToken"):
-        try:
-            cursor = json.loads(base64.urlsafe_b64decode(token.encode()))
-        except ValueError as e:
-            raise _validation("Invalid pagination token.") from e
-        keyed = [(k, i) for k, i in keyed if (k < cursor if descending else k > cursor)]
-    # Only the page (and one more, to know there is a next) is ordered: a 10,000-node listing is 100 pages.
-    first = (heapq.nlargest if descending else heapq.nsmallest)(size + 1, keyed, key=lambda ki: ki[0])
-    page = [i for _, i in first[:size]]
-    if len(first) > size:
-        return page, {"NextToken": base64.urlsafe_b64encode(json.dumps(first[size - 1][0]).encode()).decode()}
-    return page, {}
 
 
 @contextlib.contextmanager

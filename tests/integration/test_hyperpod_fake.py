@@ -18,6 +18,7 @@ from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from tests.fakes.hyperpod import Clock, FakeHyperPod, GroupSpec, install
+from tests.fakes.readings import Readings
 
 REGION = "us-east-1"
 STRESS = [{"InstanceGroupName": "workers", "DeepHealthChecks": ["InstanceStress"]}]
@@ -153,7 +154,7 @@ def test_second_request_is_rejected_while_a_check_is_active(env: Env) -> None:
 
 def test_second_request_merges_in_merge_mode(env: Env) -> None:
     first, second, _ = workers(env.fake)
-    env.fake.second_check_request = "merge"
+    env.fake.readings = Readings(second_check_request="merge")
     one = [{**STRESS[0], "InstanceIds": [iid(env, first)]}]
     env.sm.start_cluster_health_check(ClusterName="hp", DeepHealthCheckConfigurations=one)
     env.fake.advance(600)

@@ -1,0 +1,367 @@
+"""On-demand deep health checks as the HyperPod fake plays them: StartClusterHealthCheck, the cluster operation
+each accepted request is (ListClusterOperations / DescribeClusterOperation), the node's way through the
+check, and its result line in CloudWatch Logs.
+
+A mixin of ``FakeHyperPod`` (``tests/fakes/hyperpod.py``), split out for size only; the undocumented choices
+are read from ``self.readings`` (``tests/fakes/readings.py``) at the moment of use.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import json
+import random
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from tests.fakes.model import (
+    CHECK_TYPES,
+    FAULT_MSG,
+    JOB_WAIT_S,
+    ApiError,
+    Cluster,
+    HealthCheck,
+    Node,
+    _check_node_ids,
+    _iso,
+    _ms,
+    _paginate,
+    _validation,
+)
+from tests.fakes.readings import Readings
+
+IN_CHECK = "DeepHealthCheckInProgress"
+
+
+class HealthChecks:
+    # Provided by FakeHyperPod.
+    readings: Readings
+    region: str
+    account: str
+    check_duration_s: dict[str, float]
+    started_while_active: int
+    rejected_while_active: list[tuple[float, str, list[dict[str, Any]]]]
+    _t: float
+    _seq: Iterator[int]
+    _reading_rng: random.Random
+
+    if TYPE_CHECKING:
+
+        def _at(self, c: Cluster, delay: float, fn: Callable[[], None]) -> None: ...
+        def _cluster(self, params: dict[str, Any], visible: bool) -> Cluster: ...
+        def _mutable(self, params: dict[str, Any], visible: bool) -> Cluster: ...
+        def _replace(self, c: Cluster, n: Node, actor: str) -> None: ...
+        def _reboot(self, c: Cluster, n: Node, actor: str, duration: float | None = None) -> None: ...
+        def _fail_then_retry(self, c: Cluster, n: Node, retry: Callable[[], None]) -> None: ...
+        def _draw(self, span: tuple[float, float]) -> float: ...
+        def _reading_uuid(self) -> str: ...
+        def _hostname(self, ip: str) -> str: ...
+
+    # ---- StartClusterHealthCheck ----------------------------------------------------------------------
+
+    def _op_start_cluster_health_check(self, p: dict[str, Any], visible: bool) -> dict:
+        c = self._mutable(p, visible)
+        configs = p.get("DeepHealthCheckConfigurations") or []
+        if not 1 <= len(configs) <= 99:
+            raise _validation("DeepHealthCheckConfigurations must have between 1 and 99 items.")
+        targets: dict[str, set[str]] = {}  # logical id -> check types; overlapping configs merge [MODEL]
+        unsupported: list[str] = []  # unsupported_types skip: part of the request, never checked
+        for cfg in configs:
+            members = self._config_members(c, cfg)
+            if self._unsupported(c, cfg["InstanceGroupName"]):
+                unsupported += [n.logical_id for n in members]
+                continue
+            for n in members:
+                targets.setdefault(n.logical_id, set()).update(cfg["DeepHealthChecks"])
+
+        active, restart = c.check, set[str]()
+        if active is None:
+            check = self._new_check(c, configs)
+        else:
+            self.started_while_active += 1
+            mode = self.readings.second_check_request
+            if mode == "reject":  # INFERRED: the doc only states the limit, not the error
+                self.rejected_while_active.append((self._t, c.name, configs))
+                busy = self.readings.busy_error
+                raise ApiError(busy.code, busy.message.format(cluster=c.name), busy.status)
+            if mode == "merge":
+                check = active
+                check.configurations += copy.deepcopy(configs)
+            else:
+                check = self._new_check(c, configs)
+                restart = self._supersede(c, active, targets)
+        for lid in unsupported:
+            if lid not in targets:
+                check.results.setdefault(lid, "skip")  # silently: no status change, no result line
+        for lid, checks in targets.items():
+            self._enqueue_check(c, check, c.nodes[lid], checks, restart=lid in restart)
+        self._maybe_end_check(c, check)
+        return {"ClusterArn": c.arn}
+
+    def _config_members(self, c: Cluster, cfg: dict[str, Any]) -> list[Node]:
+        """The nodes one configuration names, or ValidationException (the model lists only ResourceNotFound)."""
+        group = cfg.get("InstanceGroupName", "")
+        checks = cfg.get("DeepHealthChecks") or []
+        if not 1 <= len(checks) <= 3:
+            raise _validation("DeepHealthChecks must have between 1 and 3 items.")
+        if bad := [t for t in checks if t not in CHECK_TYPES]:
+            raise _validation(
+                f"Value {bad} at 'deepHealthChecks' failed to satisfy constraint: "
+                f"Member must satisfy enum value set: [{', '.join(CHECK_TYPES)}]"
+            )
+        spec = c.groups.get(group)
+        if spec is None:
+            raise _validation(f"Instance group {group} not found in cluster {c.name}.")
+        if spec.node_type != "Compute":  # [DOC] deep health checks run on worker nodes only
+            raise _validation(
+                f"Deep health checks run on worker nodes only; instance group {group} "
+                f"is a Slurm {spec.node_type} group."
+            )
+        if self._unsupported(c, group) and self.readings.unsupported_types.behaviour == "reject":
+            raise _validation(
+                f"Instance type {spec.instance_type} of instance group {group} does not support deep health checks."
+            )
+        members = [n for n in c.nodes.values() if n.group == group and n.instance_id]
+        if "InstanceIds" in cfg:
+            ids = cfg["InstanceIds"]
+            if not 1 <= len(ids) <= 500:
+                raise _validation("InstanceIds must have between 1 and 500 items.")
+            _check_node_ids(ids, "instanceIds")
+            by_id = {n.instance_id: n for n in members}
+            if missing := [i for i in ids if i not in by_id]:
+                raise _validation(f"Instances {missing} not found in instance group {group}.")
+            members = [by_id[i] for i in dict.fromkeys(ids)]
+        if "InstanceConnectivity" in checks and len(members) < 2:
+            raise _validation("InstanceConnectivity requires at least 2 nodes.")
+        return members
+
+    def _unsupported(self, c: Cluster, group: str) -> bool:
+        itype = c.groups[group].instance_type
+        return any(fnmatch.fnmatchcase(itype, pat) for pat in self.readings.unsupported_types.patterns)
+
+    def _new_check(self, c: Cluster, configs: list[dict[str, Any]]) -> HealthCheck:
+        check = HealthCheck(
+            requested=self._t,
+            operation_id=self._reading_uuid(),
+            configurations=copy.deepcopy(configs),
+            seq=len(c.checks),
+        )
+        c.checks.append(check)
+        c.check = check
+        return check
+
+    def _supersede(self, c: Cluster, old: HealthCheck, targets: dict[str, set[str]]) -> set[str]:
+        """second_check_request supersede: the old operation ends Superseded. Its unfinished nodes leave it at
+        once with no result line: back to Running, or (when the new request names them too) kept to start
+        over in the new check. Returns the latter. Callers have already made the new check the active one."""
+        old.superseded = True
+        restart = set()
+        for n in [n for n in c.nodes.values() if n.logical_id in old.pending]:  # seq order: reproducible
+            if n.logical_id in targets:
+                restart.add(n.logical_id)
+            elif n.status == IN_CHECK:
+                n.status = "Running"
+            self._check_finished(c, old, n, "superseded")
+        return restart
+
+    # ---- one node's way through an on-demand check ---------------------------------------------------
+
+    def _enqueue_check(self, c: Cluster, check: HealthCheck, n: Node, checks: set[str], restart: bool = False) -> None:
+        lid = n.logical_id
+        if lid in check.pending or lid in check.results:
+            return  # merged request: the node is already part of the active check
+        if n.status != "Running" and not restart:  # INFERRED: nodes busy at request time are skipped
+            check.results[lid] = "skip"
+            return
+        check.pending.add(lid)
+        if restart:  # superseded mid-check: it keeps its status and starts over
+            check.held.add(lid)
+        start = self._draw(self.readings.check_start_delay_s)
+        # truth "skip": a job that outlasts the wait (the historical way to say "busy")
+        job_end = float("inf") if n.truth == "skip" else n.busy_until
+        if job_end > self._t:
+            self._queue(c, check, n, checks, start, job_end)
+        else:
+            self._at(c, start, lambda: self._check_begins(c, check, n, checks))
+
+    def _queue(self, c: Cluster, check: HealthCheck, n: Node, checks: set[str], start: float, job_end: float) -> None:
+        """[DOC] The check waits up to 10 min for the node's job, then skips the node (no result line)."""
+        check.queued.add(n.logical_id)
+        if self.readings.queued_status == IN_CHECK:  # already in the maintenance reservation
+            n.status = IN_CHECK
+            check.held.add(n.logical_id)
+        if job_end - self._t <= JOB_WAIT_S:
+            self._at(c, max(start, job_end - self._t), lambda: self._dequeue(c, check, n, checks))
+        else:
+            self._at(c, JOB_WAIT_S, lambda: self._skip_queued(c, check, n))
+
+    def _dequeue(self, c: Cluster, check: HealthCheck, n: Node, checks: set[str]) -> None:
+        if n.logical_id in check.queued:  # else it left the check while waiting
+            check.queued.discard(n.logical_id)
+            self._check_begins(c, check, n, checks)
+
+    def _skip_queued(self, c: Cluster, check: HealthCheck, n: Node) -> None:
+        if n.logical_id not in check.queued:
+            return
+        if n.logical_id in check.held and n.status == IN_CHECK:
+            n.status = "Running"
+        self._check_finished(c, check, n, "skip")
+
+    def _check_begins(self, c: Cluster, check: HealthCheck, n: Node, checks: set[str]) -> None:
+        if n.logical_id not in check.pending:
+            return  # it left the check before it began (superseded, replaced)
+        held = n.logical_id in check.held and n.status == IN_CHECK  # the check itself shows it in progress
+        check.held.discard(n.logical_id)
+        if n.status != "Running" and not held:  # e.g. rebooted between request and start
+            self._check_finished(c, check, n, "skip")
+            return
+        n.status = IN_CHECK
+        self._at(c, self._duration(checks), lambda: self._check_ends(c, check, n))
+
+    def _check_ends(self, c: Cluster, check: HealthCheck, n: Node) -> None:
+        if n.logical_id not in check.pending:
+            return  # the node left the check early (replaced mid-check, superseded)
+        passed = n.truth != "fail"  # a check that already started is not skipped any more
+        self._write_result(c, n, passed=passed)
+        if passed:
+            n.status = "Running"
+        elif c.node_recovery == "Automatic":
+            self._auto_recover(c, n)
+        else:
+            self._failed_status(c, n)
+        self._check_finished(c, check, n, "pass" if passed else "fail")
+
+    def _auto_recover(self, c: Cluster, n: Node) -> None:
+        """[DOC] HyperPod "reboots or replaces" a node that failed; which, and when, is a reading."""
+        delay = self._draw(self.readings.auto_recovery.delay_s)
+        if delay == 0:
+            self._hyperpod_acts(c, n)
+            return
+        n.status = "Running"  # until HyperPod gets to it
+        iid = n.instance_id
+        self._at(c, delay, lambda: self._hyperpod_acts_later(c, n, iid))
+
+    def _hyperpod_acts_later(self, c: Cluster, n: Node, iid: str) -> None:
+        if n.instance_id != iid or n.in_flight:
+            return  # someone acted on the node first
+        if c.check is not None and n.logical_id in c.check.pending:
+            self._check_finished(c, c.check, n, "replaced")  # a later check had already claimed it
+        self._hyperpod_acts(c, n)
+
+    def _hyperpod_acts(self, c: Cluster, n: Node) -> None:
+        ar = self.readings.auto_recovery
+        if ar.reboot_fraction > 0 and self._reading_rng.random() < ar.reboot_fraction:
+            self._reboot(c, n, "hyperpod", duration=self._draw(ar.reboot_s))
+        else:
+            self._replace(c, n, "hyperpod")
+
+    def _failed_status(self, c: Cluster, n: Node) -> None:
+        """NodeRecovery None: HyperPod takes no action on a faulty node, but how it shows it is a reading."""
+        shown = self.readings.failed_status
+        if shown == "Running":
+            n.status = "Running"
+        elif shown == IN_CHECK:  # "remains isolated" until someone reboots or replaces it
+            n.status, n.isolated = IN_CHECK, True
+        else:  # [D-CPE] Failure: HyperPod retries with a new instance
+            self._fail_then_retry(c, n, lambda: self._replace(c, n, "hyperpod"))
+
+    def _check_finished(self, c: Cluster, check: HealthCheck, n: Node, outcome: str) -> None:
+        check.results[n.logical_id] = outcome
+        check.pending.discard(n.logical_id)
+        check.queued.discard(n.logical_id)
+        check.held.discard(n.logical_id)
+        self._maybe_end_check(c, check)
+
+    def _maybe_end_check(self, c: Cluster, check: HealthCheck) -> None:
+        if not check.pending and check.ended is None:
+            check.ended = self._t
+            if c.check is check:
+                c.check = None
+
+    def _duration(self, checks: set[str] | tuple[str, ...]) -> float:
+        return sum(self.check_duration_s[t] for t in set(checks))
+
+    # ---- result log --------------------------------------------------------------------------------------
+
+    def _write_result(self, c: Cluster, n: Node, passed: bool) -> None:
+        """The node's result line, stamped now; readable now, or ``log_lag_s`` later (CloudWatch ingestion)."""
+        group = f"/aws/sagemaker/Clusters/{c.name}/{c.cluster_id}"
+        stream, line, stamp = self._result_stream(n), self._result_line(n, passed), self._t
+        lag = self._draw(self.readings.log_lag_s)
+        if lag == 0:
+            self._append_log(group, stream, stamp, line)
+        else:
+            self._at(c, lag, lambda: self._append_log(group, stream, stamp, line))
+
+    def _result_stream(self, n: Node) -> str:
+        naming = self.readings.result_stream
+        if naming == "opaque":  # one new stream per node and check
+            return f"DeepHealthCheckResults/{self._reading_uuid()}"
+        if naming == "hostname":
+            return f"DeepHealthCheckResults/{self._hostname(n.private_ip).split('.')[0]}"
+        return f"DeepHealthCheckResults/{n.instance_id}"
+
+    def _result_line(self, n: Node, passed: bool) -> str:
+        naming = self.readings.result_line_instance
+        if passed:
+            msg = (
+                f"Deep health check passed on instance {n.instance_id}"
+                if naming == "message"
+                else ("Deep health check passed")
+            )
+            line = {"level": "info", "ts": _iso(self._t), "msg": msg}
+        else:
+            msg = FAULT_MSG.format(region=self.region, itype=n.instance_type)
+            if naming == "message":
+                msg += f" Instance: {n.instance_id}"
+            line = {"level": "error", "ts": _iso(self._t), "msg": msg}
+        if naming == "field":
+            line["instance_id"] = n.instance_id
+        return json.dumps(line)
+
+    def _append_log(self, group: str, stream: str, stamp: float, line: str) -> None:
+        """Append to moto's CloudWatch Logs through its backend objects, not PutLogEvents: moto (like AWS)
+        silently rejects events older than 14 days or more than 2 h ahead of *wall* time, and virtual time is
+        neither."""
+        from moto.logs.models import logs_backends
+
+        backend = logs_backends[self.account][self.region]
+        if group not in backend.groups:
+            backend.create_log_group(group, tags={})
+        log_group = backend.groups[group]
+        if stream not in log_group.streams:
+            log_group.create_log_stream(stream)
+        log_group.streams[stream].put_log_events([{"timestamp": _ms(stamp), "message": line}])
+
+    # ---- cluster operations ------------------------------------------------------------------------------
+
+    def _op_list_cluster_operations(self, p: dict[str, Any], visible: bool) -> dict:
+        c = self._cluster(p, visible)
+        ops = c.checks if p.get("Type", "DeepHealthCheck") == "DeepHealthCheck" else []  # no Scaling ones
+        if "Status" in p:
+            ops = [k for k in ops if k.status == p["Status"]]
+        if "CreationTimeAfter" in p:
+            ops = [k for k in ops if k.requested > p["CreationTimeAfter"]]
+        if "CreationTimeBefore" in p:
+            ops = [k for k in ops if k.requested < p["CreationTimeBefore"]]
+        # [MODEL] Descending is the default order
+        descending = p.get("SortOrder", "Descending") == "Descending"
+        page, token = _paginate(ops, lambda k: [k.requested, k.seq], p, descending=descending)
+        return {"ClusterOperationSummaries": [self._operation(c, k) for k in page], **token}
+
+    def _op_describe_cluster_operation(self, p: dict[str, Any], visible: bool) -> dict:
+        c = self._cluster(p, visible)
+        k = next((k for k in c.checks if k.operation_id == p.get("OperationId")), None)
+        if k is None:
+            raise ApiError("ResourceNotFound", f"Operation {p.get('OperationId')} not found in cluster {c.name}.")
+        return {**self._operation(c, k), "DeepHealthCheckDetails": copy.deepcopy(k.configurations)}
+
+    def _operation(self, c: Cluster, k: HealthCheck) -> dict[str, Any]:
+        return {
+            "OperationId": k.operation_id,
+            "ClusterArn": c.arn,
+            "Type": "DeepHealthCheck",
+            "Status": k.status,
+            "CreationTime": k.requested,
+        }
