@@ -62,12 +62,17 @@ class FunctionSpec:
     invoked_async: bool = False  # by EventBridge: gets an on-failure DLQ and 2 retries
 
 
+# A cluster observation (observe_cluster) asks whether a check operation is active when a node's status cannot
+# tell (stuck in, or never in, its check); Start check asks it before requesting a check and on a refusal;
+# Recover nodes before acting on a node still showing DeepHealthCheckInProgress.
+OBSERVE_OPERATIONS = "ListClusterOperations"
+
 FUNCTIONS: Mapping[str, FunctionSpec] = {
     "Intake": FunctionSpec(
         "deephealth.handlers.intake.lambda_handler",
         60,
         "Turns HyperPod EventBridge events into node records and starts check rounds",
-        ("DescribeCluster", "DescribeClusterNode", "ListClusterNodes"),
+        ("DescribeCluster", "DescribeClusterNode", "ListClusterNodes", OBSERVE_OPERATIONS),
         reads_check_logs=True,
         invoked_async=True,
     ),
@@ -75,7 +80,7 @@ FUNCTIONS: Mapping[str, FunctionSpec] = {
         "deephealth.handlers.reconcile.lambda_handler",
         300,
         "Periodic sweep: finds nodes the events missed and stuck rounds",
-        ("DescribeCluster", "ListClusterNodes"),
+        ("DescribeCluster", "ListClusterNodes", OBSERVE_OPERATIONS),
         reads_check_logs=True,
         lists_clusters=True,
         invoked_async=True,
@@ -84,28 +89,36 @@ FUNCTIONS: Mapping[str, FunctionSpec] = {
         "deephealth.handlers.claim_round.lambda_handler",
         300,
         "Check round: claims the nodes of a round",
-        ("DescribeCluster", "ListClusterNodes"),
+        ("DescribeCluster", "ListClusterNodes", OBSERVE_OPERATIONS),
         reads_check_logs=True,
     ),
     "StartCheck": FunctionSpec(
         "deephealth.handlers.start_check.lambda_handler",
         120,
         "Check round: starts the deep health check",
-        ("DescribeCluster", "ListClusterNodes", "StartClusterHealthCheck"),
+        ("DescribeCluster", "ListClusterNodes", "StartClusterHealthCheck", OBSERVE_OPERATIONS),
         reads_check_logs=True,
     ),
     "PollCheck": FunctionSpec(
         "deephealth.handlers.poll_check.lambda_handler",
         300,
         "Check round: polls node status and check results into verdicts",
-        ("ListClusterNodes", "DescribeCluster"),
+        ("ListClusterNodes", "DescribeCluster", OBSERVE_OPERATIONS),
         reads_check_logs=True,
     ),
     "RecoverNodes": FunctionSpec(
         "deephealth.handlers.recover_nodes.lambda_handler",
         300,
         "Check round: reboots or replaces failed nodes",
-        ("DescribeCluster", "BatchRebootClusterNodes", "BatchReplaceClusterNodes"),
+        # ListClusterEvents: did HyperPod act on a failed node during its grace (NodeRecovery=Automatic)
+        # ListClusterOperations: a node left in DeepHealthCheckInProgress is isolated, not busy, once no check runs
+        (
+            "DescribeCluster",
+            "BatchRebootClusterNodes",
+            "BatchReplaceClusterNodes",
+            "ListClusterEvents",
+            OBSERVE_OPERATIONS,
+        ),
     ),
     "FinishRound": FunctionSpec(
         "deephealth.handlers.finish_round.lambda_handler",

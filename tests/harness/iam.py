@@ -343,6 +343,7 @@ def _sagemaker(action: str, operation: str, request: Any, world: World) -> list[
     if operation in (
         "DescribeCluster", "ListClusterNodes", "DescribeClusterNode", "StartClusterHealthCheck",
         "BatchRebootClusterNodes", "BatchReplaceClusterNodes", "ListClusterEvents", "DescribeClusterEvent",
+        "ListClusterOperations", "DescribeClusterOperation",
     ):  # fmt: skip
         return [Access(action, world.cluster_arn(_json(request)["ClusterName"]))]
     return None

@@ -17,14 +17,23 @@ def tool(name: str) -> str:
     return found
 
 
+# IAM actions of APIs newer than cfn-lint's action list (W3037 "not one of"): botocore 1.44.8 has them.
+NEWER_THAN_CFN_LINT = ("sagemaker:ListClusterOperations",)
+
+
 def test_cfn_lint_reports_no_problems(template_json: dict[str, Any], tmp_path: Path) -> None:
     path = tmp_path / "HyperPodDhc.template.json"
     path.write_text(json.dumps(template_json, indent=1))
     # W3005 (DependsOn already enforced by a GetAtt) is how CDK renders every Lambda role dependency.
     result = subprocess.run(
-        [tool("cfn-lint"), "-i", "W3005", "--", str(path)], capture_output=True, text=True, check=False
+        [tool("cfn-lint"), "-i", "W3005", "--format", "parseable", "--", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
     )
-    assert result.returncode == 0, result.stdout + result.stderr
+    newer = tuple(f":W3037:'{a.split(':', 1)[1].lower()}' is not one of" for a in NEWER_THAN_CFN_LINT)
+    problems = [line for line in result.stdout.splitlines() if line.strip() and not any(n in line for n in newer)]
+    assert not problems and not result.stderr.strip(), result.stdout + result.stderr
 
 
 def test_statelint_accepts_the_resolved_definition(resolved_definition: str, tmp_path: Path) -> None:

@@ -123,6 +123,10 @@ def test_each_operation_maps_to_its_action_and_resource():
         iam.Access("sagemaker:ListClusterNodes", cluster)
     ]
     assert iam.requests("sagemaker", "ListClusters", request({}), WORLD) == [iam.Access("sagemaker:ListClusters", "*")]
+    for operation in ("ListClusterOperations", "DescribeClusterOperation", "ListClusterEvents"):
+        assert iam.requests("sagemaker", operation, request({"ClusterName": "c"}), WORLD) == [
+            iam.Access(f"sagemaker:{operation}", cluster)
+        ]
     batch = request({"RequestItems": {"a": {"Keys": []}, "b": {"Keys": []}}})
     assert [a.resource for a in iam.requests("dynamodb", "BatchGetItem", batch, WORLD)] == [
         f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/a",

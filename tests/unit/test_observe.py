@@ -1,7 +1,8 @@
 from deephealth.domain.nodes import Action, NodeRecord, NodeSnapshot, NodeState, Verdict
-from deephealth.domain.observe import Observation, observe
+from deephealth.domain.observe import GONE_AFTER_S, Observation, observe
 from deephealth.domain.policy import GroupContext, GroupPolicy, Mode, NodeRecovery
 from deephealth.domain.recovery import REBOOT_SETTLE_S
+from deephealth.domain.results import Level, ResultLine, ResultLog
 
 A, B = "i-0000000000000000a", "i-0000000000000000b"
 GROUPS = {
@@ -12,8 +13,19 @@ GROUPS = {
 }
 
 
-def obs(now=1000.0, logs=None, recovery=NodeRecovery.NONE, judge=True) -> Observation:
-    return Observation(now=now, node_recovery=recovery, trigger="t", log_errors=logs, may_judge=judge, groups=GROUPS)
+def lines(logs: dict[str, str] | None, passed: tuple[str, ...] = ()) -> ResultLog | None:
+    """Result lines as read: an error line per instance in `logs`, a pass line per instance in `passed`."""
+    if logs is None:
+        return None
+    found = [ResultLine(950.0, Level.ERROR, frozenset({iid}), msg) for iid, msg in logs.items()]
+    found += [ResultLine(950.0, Level.PASS, frozenset({iid}), "passed") for iid in passed]
+    return ResultLog(tuple(found), since=0.0, read_at=0.0)
+
+
+def obs(now=1000.0, logs=None, recovery=NodeRecovery.NONE, judge=True, passed=()) -> Observation:
+    return Observation(
+        now=now, node_recovery=recovery, trigger="t", results=lines(logs, passed), may_judge=judge, groups=GROUPS
+    )
 
 
 def snap(status="Running", iid=A, group="gpu") -> NodeSnapshot:
@@ -52,10 +64,13 @@ def test_nodes_still_provisioning_or_not_watched_are_not_recorded():
 def test_on_start_group_is_observed_not_rechecked():
     record, _ = observe("c", None, snap("DeepHealthCheckInProgress", group="native"), obs())
     assert record.state == NodeState.CHECKING and record.observe_only and record.seen_in_progress
-    # Left the check: no verdict until the result logs were read ...
-    assert observe("c", record, snap(group="native"), obs(now=4000.0)) is None
-    # ... then a pass.
-    passed, decision = observe("c", record, snap(group="native"), obs(now=4000.0, logs={}))
+    # Left the check: noted, and no verdict until its result line has had time to arrive and was read ...
+    left, _ = observe("c", record, snap(group="native"), obs(now=4000.0))
+    assert left.check_left_at == 4000.0 and left.state == NodeState.CHECKING
+    assert observe("c", left, snap(group="native"), obs(now=4100.0, logs={})) is None
+    assert observe("c", left, snap(group="native"), obs(now=4400.0)) is None
+    # ... then a pass (HyperPod only lets a node reach Running after its on-start checks pass).
+    passed, decision = observe("c", left, snap(group="native"), obs(now=4400.0, logs={}))
     assert passed.state == NodeState.PASSED and decision.verdict == Verdict.PASSED
 
 
@@ -63,14 +78,24 @@ def test_checking_node_records_in_progress_then_fails_on_log_error():
     record = rec(NodeState.CHECKING, round_id="r", check_started_at=900.0)
     seen, _ = observe("c", record, snap("DeepHealthCheckInProgress"), obs(judge=False))
     assert seen.seen_in_progress
-    failed, decision = observe("c", seen, snap(), obs(now=5000.0, logs={A: "ERROR: NCCL bandwidth"}))
+    left, _ = observe("c", seen, snap(), obs(now=5000.0, logs={A: "ERROR: NCCL bandwidth"}))
+    assert left.check_left_at == 5000.0 and left.state == NodeState.CHECKING
+    failed, decision = observe("c", left, snap(), obs(now=5300.0, logs={A: "ERROR: NCCL bandwidth"}))
     assert failed.state == NodeState.RECOVERY_DUE and failed.action == Action.REBOOT
     assert decision.verdict == Verdict.FAILED and "NCCL" in decision.evidence[0]
 
 
 def test_event_driven_observation_never_judges():
-    record = rec(NodeState.CHECKING, round_id="r", check_started_at=900.0, seen_in_progress=True)
-    assert observe("c", record, snap(), obs(now=5000.0, logs={}, judge=False)) is None
+    record = rec(NodeState.CHECKING, round_id="r", check_started_at=900.0, seen_in_progress=True, check_left_at=1.0)
+    assert observe("c", record, snap(), obs(now=5000.0, logs={}, passed=(A,), judge=False)) is None
+
+
+def test_a_node_that_left_its_check_passes_only_on_a_line_naming_it():
+    record = rec(NodeState.CHECKING, round_id="r", check_started_at=900.0, seen_in_progress=True, check_left_at=1000.0)
+    skipped, decision = observe("c", record, snap(), obs(now=5000.0, logs={}))
+    assert skipped.state == NodeState.PENDING and decision.verdict == Verdict.SKIPPED  # re-checked, never passed
+    passed, decision = observe("c", record, snap(), obs(now=5000.0, logs={}, passed=(A,)))
+    assert passed.state == NodeState.PASSED and decision.verdict == Verdict.PASSED
 
 
 def test_reboot_completes_after_node_was_seen_down():
@@ -108,11 +133,25 @@ def test_new_instance_under_a_passed_node_is_checked_but_quarantine_sticks():
     assert kept.state == NodeState.QUARANTINED and kept.instance_ids == [A, B]
 
 
-def test_unlisted_node_is_gone_and_comes_back_if_listed_again():
-    gone, _ = observe("c", rec(NodeState.PENDING), None, obs())
+def test_unlisted_node_is_gone_only_when_missing_for_a_while_and_comes_back_if_listed_again():
+    missing, decision = observe("c", rec(NodeState.PENDING), None, obs())
+    assert missing.state == NodeState.PENDING and missing.missing_since == 1000.0  # HyperPod may be retrying it
+    assert observe("c", missing, None, obs(now=1000.0 + GONE_AFTER_S - 1)) is None
+    back, decision = observe("c", missing, snap(), obs(now=1100.0))
+    assert back.state == NodeState.PENDING and back.missing_since is None and decision.reason == "listed again"
+    gone, _ = observe("c", missing, None, obs(now=1000.0 + GONE_AFTER_S))
     assert gone.state == NodeState.GONE
     assert observe("c", gone, None, obs()) is None
-    assert observe("c", gone, snap(), obs())[0].state == NodeState.PENDING
+    assert observe("c", gone.model_copy(update={"missing_since": None}), snap(), obs())[0].state == NodeState.PENDING
+
+
+def test_a_moved_node_is_checked_again_under_its_new_group():
+    """MoveClusterNodes keeps the ids and re-images the node in another group."""
+    moved, decision = observe("c", rec(NodeState.PASSED), snap(group="native"), obs())
+    assert moved.state == NodeState.PENDING and moved.group == "native" and moved.ready_at == 1000.0
+    assert "moved from group gpu to native" in decision.reason
+    away, _ = observe("c", rec(NodeState.PASSED), snap(group="off"), obs())
+    assert away.state == NodeState.GONE and away.group == "off"
 
 
 # -- issue 11: nodes a round claimed but never started, nodes in Failure --------------------------------------
@@ -138,17 +177,21 @@ def test_a_claimed_node_of_the_live_round_or_of_an_unknown_owner_is_left_alone()
 def test_a_claimed_node_is_never_judged_before_its_check_started_even_with_errors_in_the_log():
     """Its clock does not start at every look, and evidence about someone else's check is not a verdict."""
     for now in (1_000.0, 100_000.0):
-        o = Observation(now=now, node_recovery="None", trigger="t", log_errors={A: "DCGM failed"}, groups=GROUPS)
+        o = Observation(now=now, node_recovery="None", trigger="t", results=lines({A: "DCGM failed"}), groups=GROUPS)
         assert observe("c", claimed(seen_in_progress=True), snap(), o) is None
 
 
-def test_a_waiting_node_that_falls_into_failure_has_failed_and_its_recovery_follows():
-    """Defect 5 (general form): `Failure` is HyperPod's own verdict; no check is needed to act on it."""
-    record, decision = observe("c", rec(NodeState.PENDING, ready_at=500.0), snap("Failure"), obs())
-    assert record.state == NodeState.RECOVERY_DUE and record.verdict == Verdict.FAILED
-    assert record.status == "Failure" and "while waiting for a check" in decision.evidence[0]
-    record, _ = observe("c", rec(NodeState.PASSED), snap("Failure"), obs(recovery=NodeRecovery.AUTOMATIC))
+def test_a_waiting_node_that_falls_into_failure_is_hyperpods_to_retry_first():
+    """`Failure` on an instance nobody checked is a launch HyperPod retries with a new instance: no verdict on
+    the hardware, and HyperPod's grace before the ladder acts, whatever NodeRecovery says."""
+    for recovery in (NodeRecovery.NONE, NodeRecovery.AUTOMATIC):
+        record, _ = observe("c", rec(NodeState.PENDING, ready_at=500.0), snap("Failure"), obs(recovery=recovery))
+        assert record.state == NodeState.RECOVERY_DUE and record.action == Action.AWAIT_HYPERPOD
+        assert record.verdict is None and record.status == "Failure"
+        assert "while waiting for a check" in record.evidence[0]
+    record, _ = observe("c", rec(NodeState.PASSED), snap("Failure"), obs(recovery=NodeRecovery.NONE))
     assert record.state == NodeState.RECOVERY_DUE and record.action == Action.AWAIT_HYPERPOD  # HyperPod first
+    assert record.verdict == Verdict.FAILED
 
 
 def test_an_unhealthy_report_about_a_node_in_failure_fails_it_and_one_still_running_rechecks_it():
@@ -169,18 +212,19 @@ def test_an_unhealthy_report_about_a_node_in_failure_fails_it_and_one_still_runn
 # -- observe() dispatches by state; the cluster's NodeRecovery as DescribeCluster spells it --------------------
 def test_the_cluster_node_recovery_as_a_plain_string_still_decides_who_acts_first():
     """ClusterInfo carries DescribeCluster's string: "Automatic" must still give HyperPod its grace."""
-    failing = rec(NodeState.PENDING, ready_at=500.0)
-    auto, _ = observe("c", failing, snap("Failure"), obs(recovery="Automatic"))
-    assert auto.action == Action.AWAIT_HYPERPOD and auto.not_before == 1000.0 + GroupPolicy().recovery_grace_s
-    none, _ = observe("c", failing, snap("Failure"), obs(recovery="None"))
-    assert none.action == Action.REBOOT and none.not_before == 1000.0
+    failing = rec(NodeState.CHECKING, round_id="r", check_started_at=900.0, seen_in_progress=True, check_left_at=950.0)
+    auto, _ = observe("c", failing, snap(), obs(now=2000.0, logs={A: "ERROR: DCGM"}, recovery="Automatic"))
+    assert auto.action == Action.AWAIT_HYPERPOD and auto.not_before == 2000.0 + GroupPolicy().recovery_grace_s
+    none, _ = observe("c", failing, snap(), obs(now=2000.0, logs={A: "ERROR: DCGM"}, recovery="None"))
+    assert none.action == Action.REBOOT and none.not_before == 2000.0
 
 
 def test_a_node_in_its_check_that_is_no_longer_listed_gets_the_checks_verdict_only_when_judging():
-    checking = rec(NodeState.CHECKING, round_id="r", check_started_at=900.0)
-    gone, decision = observe("c", checking, None, obs())
+    checking = rec(NodeState.CHECKING, round_id="r", check_started_at=900.0, missing_since=1000.0)
+    later = 1000.0 + GONE_AFTER_S
+    gone, decision = observe("c", checking, None, obs(now=later))
     assert gone.state == NodeState.GONE and decision.verdict == Verdict.GONE and gone.round_id is None
-    unjudged, decision = observe("c", checking, None, obs(judge=False))
+    unjudged, decision = observe("c", checking, None, obs(now=later, judge=False))
     assert unjudged.state == NodeState.GONE and decision.verdict is None  # closed out, no verdict recorded
 
 

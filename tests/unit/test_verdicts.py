@@ -3,10 +3,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from deephealth.domain.nodes import FAILURE_STATUSES, NodeRecord, NodeSnapshot, NodeState, Verdict
-from deephealth.domain.verdicts import SKIP_GRACE_S, judge_check
+from deephealth.domain.results import NodeResults
+from deephealth.domain.verdicts import SKIP_GRACE_S, Look, judge_check, left_check
 
 T0 = 1_000_000.0
 TIMEOUT = 3 * 3600
+SETTLE = 300
+ERROR = NodeResults(error="ERROR: DCGM level 4 failed")
+PASS = NodeResults(passed=True)
+NOTHING = NodeResults()
+ANON_ERROR = NodeResults(unattributed_errors=1, unattributed_passes=3)
+ANON_PASS = NodeResults(unattributed_passes=4)
 
 
 def checking(**kw) -> NodeRecord:
@@ -23,49 +30,89 @@ def checking(**kw) -> NodeRecord:
     return NodeRecord(**{**base, **kw})
 
 
+def left(**kw) -> NodeRecord:
+    """Seen in the check, then done with it 1000 s after it started."""
+    return checking(seen_in_progress=True, check_left_at=T0 + 1000, **kw)
+
+
 def snap(status="Running", instance_id="i-0000000000000000a") -> NodeSnapshot:
     return NodeSnapshot(group="g", instance_id=instance_id, logical_id="lid-1", status=status)
 
 
+def look(elapsed, results=None, active=None, timeout=TIMEOUT) -> Look:
+    return Look(T0 + elapsed, results, active, timeout, SETTLE)
+
+
+AFTER = 1000 + SETTLE  # elapsed at which a node that left at 1000 s has settled
+
+
 @pytest.mark.parametrize(
-    ("record", "snapshot", "log_error", "elapsed", "expected"),
+    ("record", "snapshot", "results", "elapsed", "active", "expected"),
     [
-        (checking(seen_in_progress=True), snap(), None, 3000, Verdict.PASSED),
-        (checking(seen_in_progress=True), snap(), "ERROR: DCGM level 4 failed", 3000, Verdict.FAILED),
-        (checking(seen_in_progress=True), snap("ShuttingDown"), None, 3000, None),  # a replacement in flight
-        (checking(seen_in_progress=True), snap("ShuttingDown"), None, TIMEOUT + 1, Verdict.INCONCLUSIVE),
-        (checking(seen_in_progress=True), snap("Failure"), None, 3000, Verdict.FAILED),
-        (checking(seen_in_progress=True), snap("Pending"), None, 3000, Verdict.FAILED),
-        (checking(), snap(instance_id="i-0000000000000000b"), None, 3000, Verdict.REPLACED_BY_HYPERPOD),
-        (checking(), None, None, 3000, Verdict.GONE),
-        (checking(), snap(), None, SKIP_GRACE_S, Verdict.SKIPPED),
-        (checking(), snap(), None, SKIP_GRACE_S - 1, None),  # may still start: wait
-        (checking(seen_in_progress=True), snap("DeepHealthCheckInProgress"), None, 3000, None),
-        (checking(seen_in_progress=True), snap("DeepHealthCheckInProgress"), None, TIMEOUT + 1, Verdict.INCONCLUSIVE),
-        (checking(), snap("SystemUpdating"), None, TIMEOUT + 1, Verdict.INCONCLUSIVE),
-        (checking(), snap("SystemUpdating"), None, 100, None),
-        (checking(observe_only=True), snap(), None, 10, Verdict.PASSED),
-        (checking(observe_only=True), snap(), "ERROR: bandwidth", 10, Verdict.FAILED),
+        (left(), snap(), PASS, AFTER, None, Verdict.PASSED),
+        (left(), snap(), PASS, AFTER - 1, None, None),  # its line may still be on its way
+        (left(), snap(), None, AFTER, None, None),  # logs not read in this look
+        (left(), snap(), ERROR, AFTER, None, Verdict.FAILED),
+        (left(), snap(), NOTHING, AFTER, None, Verdict.SKIPPED),  # queued behind a job, or superseded
+        (left(), snap(), ANON_ERROR, AFTER, None, Verdict.INCONCLUSIVE),
+        (left(), snap(), ANON_PASS, AFTER, None, Verdict.INCONCLUSIVE),
+        (left(), snap("DeepHealthCheckInProgress"), NOTHING, AFTER, False, Verdict.INCONCLUSIVE),  # isolated
+        (left(), snap("DeepHealthCheckInProgress"), ERROR, AFTER, False, Verdict.FAILED),
+        (left(), snap("DetachInProgress"), NOTHING, AFTER, None, None),  # moving: its listing will say more
+        (checking(seen_in_progress=True), snap("ShuttingDown"), None, 3000, None, None),  # a replacement in flight
+        (checking(seen_in_progress=True), snap("ShuttingDown"), None, TIMEOUT + 1, None, Verdict.INCONCLUSIVE),
+        (checking(seen_in_progress=True), snap("Failure"), None, 3000, None, Verdict.FAILED),
+        (checking(seen_in_progress=True), snap("Pending"), None, 3000, None, Verdict.FAILED),
+        (checking(), snap(instance_id="i-0000000000000000b"), None, 3000, None, Verdict.REPLACED_BY_HYPERPOD),
+        (checking(), None, None, 3000, None, Verdict.GONE),
+        (checking(), snap(), None, SKIP_GRACE_S, False, Verdict.SKIPPED),
+        (checking(), snap(), None, SKIP_GRACE_S, True, None),  # the operation still runs: a slow start
+        (checking(), snap(), None, SKIP_GRACE_S, None, None),  # not asked: wait for a look that asks
+        (checking(), snap(), None, SKIP_GRACE_S - 1, False, None),  # may still start: wait
+        (checking(seen_in_progress=True), snap("DeepHealthCheckInProgress"), None, 3000, None, None),
+        (checking(seen_in_progress=True), snap("DeepHealthCheckInProgress"), None, TIMEOUT + 1, None,
+         Verdict.INCONCLUSIVE),
+        (checking(), snap("SystemUpdating"), None, TIMEOUT + 1, None, Verdict.INCONCLUSIVE),
+        (checking(), snap("SystemUpdating"), None, 100, None, None),
+        (left(observe_only=True), snap(), NOTHING, AFTER, None, Verdict.PASSED),  # HyperPod's on-start pass
+        (left(observe_only=True), snap(), ANON_ERROR, AFTER, None, Verdict.INCONCLUSIVE),
+        (left(observe_only=True), snap(), ERROR, AFTER, None, Verdict.FAILED),
     ],
-)
-def test_decision_table(record, snapshot, log_error, elapsed, expected):
-    judgement = judge_check(record, snapshot, log_error, T0 + elapsed, TIMEOUT)
+)  # fmt: skip
+def test_decision_table(record, snapshot, results, elapsed, active, expected):
+    judgement = judge_check(record, snapshot, look(elapsed, results, active))
     assert (judgement.verdict if judgement else None) == expected
     if judgement:
         assert judgement.evidence, "every verdict carries its evidence"
 
 
-@pytest.mark.parametrize("log_error", [None, "ERROR: DCGM level 4 failed"])
-def test_a_claimed_node_whose_check_never_started_is_never_judged(log_error):
+def test_result_lines_that_name_nobody_are_final_a_missing_line_is_rechecked():
+    assert not judge_check(left(), snap(), look(AFTER, ANON_PASS)).recheck
+    assert not judge_check(left(), snap(), look(AFTER, ANON_ERROR)).recheck
+    assert judge_check(left(), snap(), look(AFTER, NOTHING)).recheck
+
+
+@pytest.mark.parametrize(
+    ("record", "status", "active", "expected"),
+    [
+        (checking(seen_in_progress=True), "Running", None, True),
+        (checking(seen_in_progress=True), "DeepHealthCheckInProgress", None, False),
+        (checking(seen_in_progress=True), "DeepHealthCheckInProgress", True, False),
+        (checking(seen_in_progress=True), "DeepHealthCheckInProgress", False, True),  # isolated after a failure
+        (checking(observe_only=True, seen_in_progress=True), "DeepHealthCheckInProgress", False, False),
+        (checking(), "Running", False, False),  # never seen in it: not "done" with it
+    ],
+)
+def test_left_check(record, status, active, expected):
+    assert left_check(record, snap(status), active) == expected
+
+
+@pytest.mark.parametrize("results", [None, ERROR, PASS])
+def test_a_claimed_node_whose_check_never_started_is_never_judged(results):
     """Even seen in DeepHealthCheckInProgress and back to Running (someone else's check), hours later."""
-    record = checking(check_started_at=None, seen_in_progress=True)
+    record = checking(check_started_at=None, seen_in_progress=True, check_left_at=T0)
     for elapsed in (0, SKIP_GRACE_S, 4 * TIMEOUT):
-        assert judge_check(record, snap(), log_error, T0 + elapsed, TIMEOUT) is None
-
-
-def test_never_seen_in_progress_is_not_a_pass():
-    judgement = judge_check(checking(), snap(), None, T0 + 4 * 3600, TIMEOUT)
-    assert judgement.verdict == Verdict.SKIPPED
+        assert judge_check(record, snap(), look(elapsed, results, False)) is None
 
 
 # ---------------------------------------------------------------- properties of the decision table
@@ -80,15 +127,22 @@ RECORDS = st.builds(
     seen_in_progress=st.booleans(),
     observe_only=st.booleans(),
     check_started_at=st.none() | st.floats(T0 - 30_000, T0),
+    check_left_at=st.none() | st.floats(T0 - 30_000, T0 + 30_000),
 )
 SNAPSHOTS = st.none() | st.builds(snap, status=STATUSES, instance_id=IDS)
-LOG_ERRORS = st.none() | st.just("") | st.text(max_size=400)
+RESULTS = st.none() | st.builds(
+    NodeResults,
+    error=st.none() | st.just("") | st.text(max_size=400),
+    passed=st.booleans(),
+    unattributed_errors=st.integers(0, 3),
+    unattributed_passes=st.integers(0, 3),
+)
 
 
-def failure_evidence(record: NodeRecord, snapshot: NodeSnapshot, log_error: str | None) -> bool:
-    """What may make a node FAILED: an error line, ShuttingDown/Failure, or Pending after being seen in the check."""
+def failure_evidence(record: NodeRecord, snapshot: NodeSnapshot, results: NodeResults | None) -> bool:
+    """What may make a node FAILED: an error line naming it, Failure, or Pending after being seen in the check."""
     return (
-        bool(log_error)
+        bool(results and results.error)
         or snapshot.status in FAILURE_STATUSES
         or (snapshot.status == "Pending" and record.seen_in_progress)
     )
@@ -98,12 +152,14 @@ def failure_evidence(record: NodeRecord, snapshot: NodeSnapshot, log_error: str 
 @given(
     record=RECORDS,
     snapshot=SNAPSHOTS,
-    log_error=LOG_ERRORS,
+    results=RESULTS,
     elapsed=st.floats(0, 30_000),
+    active=st.none() | st.booleans(),
     timeout=st.floats(600, 21_600),
 )
-def test_decision_table_properties(record, snapshot, log_error, elapsed, timeout):
-    judgement = judge_check(record, snapshot, log_error, T0 + elapsed, timeout)
+def test_decision_table_properties(record, snapshot, results, elapsed, active, timeout):
+    now = T0 + elapsed
+    judgement = judge_check(record, snapshot, Look(now, results, active, timeout, SETTLE))
     verdict = judgement.verdict if judgement else None
     if judgement is not None:
         assert judgement.evidence and all(judgement.evidence), "every verdict carries its evidence"
@@ -117,24 +173,27 @@ def test_decision_table_properties(record, snapshot, log_error, elapsed, timeout
     if record.check_started_at is None and not record.observe_only:
         assert verdict is None, "a claimed node whose check never started gets no check verdict"
         return
-    failing = failure_evidence(record, snapshot, log_error)
+    failing = failure_evidence(record, snapshot, results)
     assert (verdict == Verdict.FAILED) == failing, "FAILED exactly when there is failure evidence"
     if verdict == Verdict.PASSED:
+        # Positive evidence only: seen in the check, done with it, settled, Running, and a line that says so
+        # (or HyperPod's on-start pass), with no error naming it or naming nobody.
         assert record.seen_in_progress or record.observe_only, "never seen in the check is not a pass"
-        assert snapshot.status == "Running" and not log_error
+        assert record.check_left_at is not None and now - record.check_left_at >= SETTLE, "read before settling"
+        assert snapshot.status == "Running" and results is not None
+        assert not results.error and not results.unattributed_errors, "an error naming it or nobody is never a pass"
+        assert results.passed or record.observe_only
     if verdict in (Verdict.SKIPPED, Verdict.INCONCLUSIVE):
         assert not failing, "missing evidence never comes with failure evidence"
-    if verdict == Verdict.SKIPPED:
-        assert not record.seen_in_progress and not record.observe_only
 
 
-@given(record=RECORDS, log_error=LOG_ERRORS, elapsed=st.floats(0, 30_000))
-def test_a_missing_snapshot_is_always_gone(record, log_error, elapsed):
-    assert judge_check(record, None, log_error, T0 + elapsed, TIMEOUT).verdict == Verdict.GONE
+@given(record=RECORDS, results=RESULTS, elapsed=st.floats(0, 30_000))
+def test_a_missing_snapshot_is_always_gone(record, results, elapsed):
+    assert judge_check(record, None, look(elapsed, results)).verdict == Verdict.GONE
 
 
-@given(record=RECORDS, status=STATUSES, log_error=LOG_ERRORS, elapsed=st.floats(0, 30_000))
-def test_a_changed_instance_id_is_always_replaced_by_hyperpod(record, status, log_error, elapsed):
+@given(record=RECORDS, status=STATUSES, results=RESULTS, elapsed=st.floats(0, 30_000))
+def test_a_changed_instance_id_is_always_replaced_by_hyperpod(record, status, results, elapsed):
     record = record.model_copy(update={"instance_id": "i-0000000000000000a"})
-    judgement = judge_check(record, snap(status, "i-0000000000000000b"), log_error, T0 + elapsed, TIMEOUT)
+    judgement = judge_check(record, snap(status, "i-0000000000000000b"), look(elapsed, results))
     assert judgement.verdict == Verdict.REPLACED_BY_HYPERPOD

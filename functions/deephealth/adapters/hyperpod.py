@@ -9,15 +9,16 @@ from dataclasses import dataclass, field
 from typing import Any, NoReturn
 
 from deephealth.adapters import aws
-from deephealth.domain.errors import ClusterBusy, ClusterNotFound, Throttled, TransientError
+from deephealth.domain.errors import CheckRefused, ClusterBusy, ClusterNotFound, Throttled, TransientError
 from deephealth.domain.nodes import Action, NodeSnapshot
 from deephealth.domain.rounds import MAX_NODES_PER_ACTION_CALL, CheckConfiguration, ListingWindow, chunks
 from deephealth.observability import MetricUnit, metrics
 
 NOT_FOUND_CODES = frozenset({"ResourceNotFound", "ResourceNotFoundException"})
-# The error for a second active check is undocumented: treat a conflict/validation error that says so as busy.
-BUSY_CODES = frozenset({"ValidationException", "ConflictException", "ResourceInUse", "ResourceInUseException"})
-BUSY_WORDS = ("already", "in progress", "active", "ongoing", "one on-demand")
+# Refusals by IAM (a missing grant, an SCP, a permissions boundary), never a verdict on the check request.
+NOT_HYPERPODS_REFUSAL = frozenset({"AccessDeniedException", "AccessDenied", "UnauthorizedOperation"})
+OPERATIONS_PAGE = 10  # ListClusterOperations MaxResults: one page answers "is one in progress?"
+MAX_PAGES = 5  # pages read per question (operations in progress; a node's events since its verdict)
 
 
 @dataclass(frozen=True)
@@ -60,14 +61,11 @@ class ActionOutcome:
 THROTTLED_ATTEMPTS = 3  # a throttled action call was not carried out, so it may be sent again at once
 
 
-def _raise_mapped(err: aws.ClientError | aws.BotoCoreError, busy_ok: bool = False) -> NoReturn:
+def _raise_mapped(err: aws.ClientError | aws.BotoCoreError) -> NoReturn:
     if isinstance(err, aws.ClientError):
-        code = err.response.get("Error", {}).get("Code", "")
-        message = err.response.get("Error", {}).get("Message", "")
+        code, message = _error(err)
         if code in NOT_FOUND_CODES:
             raise ClusterNotFound(message or code) from err
-        if busy_ok and code in BUSY_CODES and any(w in message.lower() for w in BUSY_WORDS):
-            raise ClusterBusy(message) from err
     mapped = aws.transient(err)
     if mapped is None:
         raise err
@@ -150,10 +148,57 @@ class HyperPod:
             _raise_mapped(err)
         return _snapshot(d)
 
+    def check_in_progress(self, cluster: str) -> bool:
+        """Whether an on-demand deep health check is active on the cluster, by HyperPod's own record of it (a
+        DeepHealthCheck cluster operation InProgress), not by what node statuses suggest: a node can stay
+        DeepHealthCheckInProgress after its check ended."""
+        params: dict[str, Any] = {
+            "ClusterName": cluster,
+            "Type": "DeepHealthCheck",
+            "Status": "InProgress",
+            "MaxResults": OPERATIONS_PAGE,
+        }
+        try:
+            for _ in range(MAX_PAGES):  # a filtered page may come back empty with a token
+                page = self.sm.list_cluster_operations(**params)
+                if any(
+                    o.get("Status", "InProgress") == "InProgress" for o in page.get("ClusterOperationSummaries", [])
+                ):
+                    return True
+                if not page.get("NextToken"):
+                    return False
+                params["NextToken"] = page["NextToken"]
+        except (aws.ClientError, aws.BotoCoreError) as err:
+            _raise_mapped(err)
+        return False
+
+    def instance_events_since(self, cluster: str, instance_id: str, since_s: float) -> list[str]:
+        """The descriptions of the Instance events HyperPod recorded for `instance_id` after `since_s` (epoch s),
+        oldest first; at most MAX_PAGES pages."""
+        params: dict[str, Any] = {
+            "ClusterName": cluster,
+            "NodeId": instance_id,
+            "ResourceType": "Instance",
+            "EventTimeAfter": _utc(since_s),
+            "SortOrder": "Ascending",
+        }
+        try:
+            pages = self.sm.get_paginator("list_cluster_events").paginate(
+                **params, PaginationConfig={"PageSize": 100, "MaxItems": 100 * MAX_PAGES}
+            )
+            return [e.get("Description") or "" for p in pages for e in p.get("Events", [])]
+        except (aws.ClientError, aws.BotoCoreError) as err:
+            _raise_mapped(err)
+
     def start_health_check(self, cluster: str, configurations: list[CheckConfiguration]) -> None:
         """Sent once, like reboots and replacements: a request HyperPod accepted but answered with a 5xx, sent
         again, would be a second request while the first check runs. Throttling (not carried out) is sent again,
-        up to THROTTLED_ATTEMPTS times; a 5xx surfaces as TransientError, for the caller to treat as unknown."""
+        up to THROTTLED_ATTEMPTS times; a 5xx surfaces as TransientError, for the caller to treat as unknown.
+
+        The error for "a check is already active" is undocumented, so a refusal is read against HyperPod's
+        operations, not its wording: ClusterBusy while a DeepHealthCheck operation is in progress, otherwise
+        CheckRefused (the request itself was refused). Throttling to the end is read the same way: a service
+        may answer "busy" with throttling."""
         sm = self._sm or aws.client_without_retries("sagemaker")
         for attempt in range(THROTTLED_ATTEMPTS):
             try:
@@ -161,11 +206,21 @@ class HyperPod:
                 return
             except (aws.ClientError, aws.BotoCoreError) as err:
                 try:
-                    _raise_mapped(err, busy_ok=True)
-                except Throttled:
-                    if attempt + 1 == THROTTLED_ATTEMPTS:
-                        raise
-                    time.sleep(0.1 * 2**attempt)
+                    _raise_mapped(err)
+                except Throttled as throttled:
+                    if attempt + 1 < THROTTLED_ATTEMPTS:
+                        time.sleep(0.1 * 2**attempt)
+                        continue
+                    if self.check_in_progress(cluster):
+                        raise ClusterBusy(str(throttled)) from err
+                    raise
+                except aws.ClientError as refused:
+                    code, message = _error(refused)
+                    if code in NOT_HYPERPODS_REFUSAL:
+                        raise  # IAM refused the call, not HyperPod the request: the round fails and shows it
+                    if self.check_in_progress(cluster):
+                        raise ClusterBusy(f"{code}: {message}") from refused
+                    raise CheckRefused(code, message) from refused
 
     def act(
         self, cluster: str, action: Action, logical_ids: Iterable[str], instance_ids: Iterable[str]
@@ -228,6 +283,11 @@ def _snapshot(s: dict[str, Any]) -> NodeSnapshot:
         launched_at=launched.timestamp() if isinstance(launched, dt.datetime) else None,
         hostname=s.get("PrivateDnsHostname") or None,
     )
+
+
+def _error(err: aws.ClientError) -> tuple[str, str]:
+    body = err.response.get("Error", {})
+    return body.get("Code", ""), body.get("Message", "")
 
 
 def _utc(epoch_s: float) -> dt.datetime:

@@ -26,3 +26,14 @@ class StaleRecord(Exception):
 
 class LeaseLost(Exception):
     """This round no longer holds its cluster's lease (superseded or expired and taken)."""
+
+
+class CheckRefused(Exception):
+    """HyperPod refused a StartClusterHealthCheck while no check was active: the request itself (an instance type
+    it will not check, ...). Start check takes the refused group's nodes out of the round; were it to reach the
+    workflow, the round would be abandoned (States.ALL)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(f"{code}: {message}" if message else code)
+        self.code = code
+        self.message = message

@@ -184,9 +184,15 @@ def _cluster_event(d: ClusterEventDetails, event_id: str) -> NodeSignal | Cluste
     return Ignored(f"unknown ResourceType {quoted(d.ResourceType, 50)}")
 
 
-# Instance events that only announce a step towards readiness (the documented descriptions). Anything else,
-# unknown wording included, wakes the cluster's round: a missed signal costs a listing, never a node.
-BEFORE_READINESS = ("successfully provisioned", "replacement started", "currently in progress")
+# Instance events that only announce a step towards readiness (the documented descriptions; "replacement
+# started" is the fake's wording, "is starting as part of instance replacement" the events reference's).
+# Anything else, unknown wording included, wakes the cluster's round: a missed signal costs a listing, never a node.
+BEFORE_READINESS = (
+    "successfully provisioned",
+    "replacement started",
+    "is starting as part of instance replacement",
+    "currently in progress",
+)
 
 
 def _before_readiness(lcs_state: str | None, description: str) -> bool:

@@ -136,6 +136,11 @@ class NodeRecord(BaseModel):
     requested_checks: tuple[str, ...] | None = None  # an operator's on-demand check types, for the next round
     check_started_at: float | None = None
     seen_in_progress: bool = False
+    # First look that found the node done with its check: its result line is read `log_settle_s` after this.
+    check_left_at: float | None = None
+    # First look that did not find the node listed (HyperPod may drop a node from a listing while it retries):
+    # it is `gone` only when still missing GONE_AFTER_S later.
+    missing_since: float | None = None
     attempts: int = 0  # recovery actions so far (ours or HyperPod's)
     inconclusive_count: int = 0
     action: Action | None = None

@@ -26,8 +26,12 @@ from deephealth.domain.nodes import (
     with_instance,
 )
 from deephealth.domain.policy import GroupContext, NodeRecovery
-from deephealth.domain.recovery import apply_verdict, observe_recovering, observe_recovery_due
-from deephealth.domain.verdicts import judge_check
+from deephealth.domain.recovery import apply_verdict, observe_recovering, observe_recovery_due, plan_recovery
+from deephealth.domain.results import ResultLog
+from deephealth.domain.verdicts import Look, judge_check, left_check
+
+# A node missing from listings for this long is gone; shorter gaps happen while HyperPod retries a launch.
+GONE_AFTER_S = 15 * 60
 
 
 @dataclass(frozen=True)
@@ -36,9 +40,11 @@ class Observation:
     # The cluster's, as DescribeCluster says it: a value this code does not know passes through (acts as "None").
     node_recovery: NodeRecovery | str
     trigger: str  # event id, round id or "reconcile", for the audit trail
-    # Error lines per instance id from the result logs; None when the caller did not query them, in which
-    # case nodes that left the check keep waiting for a pass that can read them.
-    log_errors: dict[str, str] | None = None
+    # The result lines read in this look; None when the caller did not read them, in which case nodes that left
+    # their check keep waiting for a look that did.
+    results: ResultLog | None = None
+    # Whether an on-demand check operation is in progress on the cluster (None: not asked in this look).
+    check_active: bool | None = None
     may_judge: bool = True
     groups: dict[str, GroupContext] = field(default_factory=dict)
     # Rounds before this sequence number have ended (released, skipped or dead): a node they claimed whose check
@@ -77,6 +83,8 @@ def observe(
     group = snapshot.group if snapshot else record.group if record else ""
     ctx = obs.groups.get(group)
     if ctx is None or not ctx.watched:
+        if record is not None and snapshot is not None and snapshot.group != record.group:
+            return _moved(record, snapshot, obs)  # moved out of the watched groups
         return None
     if record is None:
         if snapshot is None:
@@ -84,6 +92,10 @@ def observe(
         return _first_sight(new_record(cluster, snapshot, obs.now, obs.cluster_id), snapshot, ctx, obs)
     if snapshot is None:
         return _unlisted(record, ctx, obs)
+    if record.missing_since is not None:
+        return transition(record, obs.now, record.state, "listed again", obs.trigger, missing_since=None)
+    if snapshot.group != record.group:
+        return _moved(record, snapshot, obs)
     record = _refresh(record, snapshot, obs.now)
     state = record.state
     if state == NodeState.PENDING:
@@ -98,8 +110,13 @@ def observe(
 
 
 def _unlisted(record: NodeRecord, ctx: GroupContext, obs: Observation) -> tuple[NodeRecord, Decision] | None:
-    """A known node the listing no longer shows: gone (a node in its check gets the check's verdict)."""
+    """A known node the listing no longer shows: gone once missing for GONE_AFTER_S (HyperPod drops a node from
+    listings while it retries a launch); a node in its check then gets the check's verdict."""
     if record.state == NodeState.GONE:
+        return None
+    if record.missing_since is None:
+        return transition(record, obs.now, record.state, "not listed by HyperPod", obs.trigger, missing_since=obs.now)
+    if obs.now - record.missing_since < GONE_AFTER_S:
         return None
     if record.state == NodeState.CHECKING and obs.may_judge:
         return _verdict(record, None, ctx, obs)
@@ -112,7 +129,10 @@ def _pending(
     if instance_replaced(record, snapshot):
         return recheck(record, snapshot, obs.now, "instance replaced while waiting for a round", obs.trigger)
     if snapshot.status in FAILURE_STATUSES:
-        return _failed_outside_a_check(record, ctx, obs, f"status {snapshot.status} while waiting for a check")
+        # Never checked on this instance: a launch HyperPod failed and retries with a new instance (no verdict
+        # on hardware nobody tested); HyperPod gets its grace, then our ladder acts.
+        return plan_recovery(record, ctx.policy, NodeRecovery.AUTOMATIC, obs.now, obs.trigger,
+                             evidence=[f"status {snapshot.status} while waiting for a check"])  # fmt: skip
     if snapshot.status == IN_PROGRESS and ctx.observe_only:
         return _start_observing(record, obs)
     if snapshot.status == RUNNING and record.ready_at is None:
@@ -129,11 +149,25 @@ def _checking(
         return _handed_back(record, snapshot, obs) if obs.orphaned(record) else None
     if snapshot.status == IN_PROGRESS and not record.seen_in_progress:
         return transition(record, obs.now, record.state, f"seen in {IN_PROGRESS}", obs.trigger, seen_in_progress=True)
+    if record.check_left_at is None and not replaced and left_check(record, snapshot, obs.check_active):
+        settle = ctx.policy.log_settle_s
+        reason = f"done with its check (status {snapshot.status}); its result line is read in {settle} s"
+        return transition(record, obs.now, record.state, reason, obs.trigger, check_left_at=obs.now)
     if not obs.may_judge:
         return None
-    if snapshot.status != IN_PROGRESS and not replaced and obs.log_errors is None:
-        return None  # left the check: judge only with the result logs in hand
     return _verdict(record, snapshot, ctx, obs)
+
+
+def _moved(record: NodeRecord, snapshot: NodeSnapshot, obs: Observation) -> tuple[NodeRecord, Decision]:
+    """MoveClusterNodes: same ids, another group, re-imaged: checked again under its new group's policy (or left
+    alone in a group that is not watched)."""
+    reason = f"moved from group {record.group} to {snapshot.group}"
+    ctx = obs.groups.get(snapshot.group)
+    if ctx is None or not ctx.watched:
+        return transition(record, obs.now, NodeState.GONE, f"{reason}, which is not watched", obs.trigger,
+                          group=snapshot.group, round_id=None)  # fmt: skip
+    return recheck(record, snapshot, obs.now, f"{reason}: check it under the new group's policy", obs.trigger,
+                   group=snapshot.group, status=snapshot.status, status_at=obs.now)  # fmt: skip
 
 
 def _handed_back(record: NodeRecord, snapshot: NodeSnapshot, obs: Observation) -> tuple[NodeRecord, Decision]:
@@ -206,10 +240,10 @@ def mark_unhealthy(
 def _failed_outside_a_check(
     record: NodeRecord, ctx: GroupContext, obs: Observation, evidence: str
 ) -> tuple[NodeRecord, Decision]:
-    """HyperPod reports the node in `Failure`: a failed verdict without a check (no log needed: the status is
-    HyperPod's own), so the recovery ladder (or HyperPod's own recovery, under NodeRecovery=Automatic) and the
-    notifications follow as after a failed check."""
-    return apply_verdict(record, Verdict.FAILED, (evidence,), ctx.policy, obs.node_recovery, obs.now, obs.trigger)
+    """HyperPod reports a node that had passed in `Failure`: a failed verdict without a check (no log needed: the
+    status is HyperPod's own). `Failure` means HyperPod retries with a new instance, so it gets its grace first
+    whatever NodeRecovery says; then the ladder and the notifications follow as after a failed check."""
+    return apply_verdict(record, Verdict.FAILED, (evidence,), ctx.policy, NodeRecovery.AUTOMATIC, obs.now, obs.trigger)
 
 
 def close_out(record: NodeRecord, reason: str, now: float, trigger: str) -> tuple[NodeRecord, Decision] | None:
@@ -244,6 +278,7 @@ def _start_observing(record: NodeRecord, obs: Observation, seen: bool = True) ->
         observe_only=True,
         round_id=None,
         check_started_at=obs.now,
+        check_left_at=None,
         seen_in_progress=seen,
         ready_at=record.ready_at or obs.now,
     )
@@ -253,8 +288,12 @@ def _verdict(
     record: NodeRecord, snapshot: NodeSnapshot | None, ctx: GroupContext, obs: Observation
 ) -> tuple[NodeRecord, Decision] | None:
     """The check's verdict on a node in it (None: no verdict yet), and the node's next state after it."""
-    error = (obs.log_errors or {}).get(record.instance_id or "")
-    judgement = judge_check(record, snapshot, error, obs.now, ctx.policy.check_timeout_s)
+    results = None
+    if obs.results is not None and record.check_started_at is not None:
+        hostname = snapshot.hostname if snapshot else None
+        results = obs.results.for_node(record.instance_id, hostname, since=record.check_started_at)
+    look = Look(obs.now, results, obs.check_active, ctx.policy.check_timeout_s, ctx.policy.log_settle_s)
+    judgement = judge_check(record, snapshot, look)
     if judgement is None:
         return None
     return apply_verdict(
@@ -262,11 +301,20 @@ def _verdict(
         judgement.verdict,
         judgement.evidence,
         ctx.policy,
-        obs.node_recovery,
+        _recovering_itself(snapshot, obs),
         obs.now,
         obs.trigger,
         new_instance_id=snapshot.instance_id if snapshot else None,
+        recheck=judgement.recheck,
     )
+
+
+def _recovering_itself(snapshot: NodeSnapshot | None, obs: Observation) -> NodeRecovery | str:
+    """The cluster's NodeRecovery, as far as this node goes: a node in `Failure` is HyperPod's to retry with a
+    new instance whatever the setting, so it gets HyperPod's grace before any action of ours."""
+    if snapshot is not None and snapshot.status in FAILURE_STATUSES:
+        return NodeRecovery.AUTOMATIC
+    return obs.node_recovery
 
 
 def _refresh(record: NodeRecord, snapshot: NodeSnapshot, now: float) -> NodeRecord:

@@ -124,6 +124,9 @@ class GroupPolicy(_Strict):
     poll_interval_s: Annotated[int, Field(ge=30, le=3600)] = 60
     check_timeout_s: Annotated[int, Field(ge=600, le=6 * 3600)] = 3 * 3600
     recovery_grace_s: Annotated[int, Field(ge=0, le=6 * 3600)] = 1800  # wait for HyperPod's own recovery
+    # A node's result line is read this long after it left its check: CloudWatch Logs delivers lines late, and a
+    # pass needs the line (docs/FIDELITY.md).
+    log_settle_s: Annotated[int, Field(ge=0, le=3600)] = 300
     # Re-check passed nodes whose last verdict is older than this (idle nodes go stale); off by default.
     revalidate_every_days: Annotated[int, Field(ge=1, le=365)] | None = None
     # Concurrency: nodes of this group in one round, and the share of the group the controller may hold out

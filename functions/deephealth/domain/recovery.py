@@ -89,7 +89,10 @@ def apply_verdict(
     now: float,
     trigger: str | None,
     new_instance_id: str | None = None,
+    recheck: bool = True,
 ) -> tuple[NodeRecord, Decision]:
+    """The node's next state after `verdict`. `recheck=False`: an inconclusive verdict a re-check cannot settle
+    goes to `inconclusive` at once (an operator decides)."""
     outcomes = with_outcome(record.outcomes, now, verdict, record.instance_id)
     base: dict[str, object] = {
         "verdict": verdict,
@@ -137,12 +140,12 @@ def apply_verdict(
         )
     if verdict in (Verdict.SKIPPED, Verdict.INCONCLUSIVE):
         count = record.inconclusive_count + 1
-        if count > policy.max_inconclusive:
+        if count > policy.max_inconclusive or not recheck:
             return transition(
                 record,
                 now,
                 NodeState.INCONCLUSIVE,
-                f"{verdict.value} {count} times: needs an operator (never replaced on missing evidence)",
+                f"{verdict.value} {count} time(s): needs an operator (never passed or replaced on missing evidence)",
                 trigger,
                 **base,
                 inconclusive_count=count,

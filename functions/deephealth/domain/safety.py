@@ -31,7 +31,15 @@ from deephealth.domain.limits import (
     out_of_service,
     out_of_service_cap,
 )
-from deephealth.domain.nodes import ACTIONABLE_STATUSES, Action, Decision, NodeRecord, NodeState, transition
+from deephealth.domain.nodes import (
+    ACTIONABLE_STATUSES,
+    IN_PROGRESS,
+    Action,
+    Decision,
+    NodeRecord,
+    NodeState,
+    transition,
+)
 from deephealth.domain.policy import (
     ClusterPolicy,
     GroupContext,
@@ -216,8 +224,12 @@ def gate_recovery(
     safety: SafetyState,
     now: float,
     trigger: str | None,
+    check_active: bool | None = None,
 ) -> RecoveryPlan:
     """Which due recoveries may be requested now; the others are recorded as held, shadowed or refused.
+
+    `check_active` False: no on-demand check operation is in progress, so a node still showing
+    `DeepHealthCheckInProgress` is isolated after its failed check, not busy (a reading the docs allow).
 
     What each node's recovery is (the action, or its settled state when the ladder has none) is
     `recovery.due_action`'s to say; the gate only decides whether it may happen now.
@@ -240,7 +252,7 @@ def gate_recovery(
             continue
         if _refused(r, action, policy, now, trigger, plan):
             continue
-        hold = _safety_hold(r, action, state, now) or room.hold(r, action, policy, now)
+        hold = _safety_hold(r, action, state, now, check_active) or room.hold(r, action, policy, now)
         if hold is None:
             plan.acts[action].append(r)
             room.take(r, action)
@@ -311,11 +323,14 @@ def _refused(
     return False
 
 
-def _safety_hold(r: NodeRecord, action: Action, state: SafetyState, now: float) -> _Hold | None:
+def _safety_hold(
+    r: NodeRecord, action: Action, state: SafetyState, now: float, check_active: bool | None
+) -> _Hold | None:
     """The breaker, someone else's action in flight, or the group's bad-capacity hold (replacements only)."""
     if state.breaker is not None:
         return _Hold(HOLD_BREAKER, None, f"breaker open: {state.breaker.reason}")
-    if r.status is not None and r.status not in ACTIONABLE_STATUSES:
+    isolated = r.status == IN_PROGRESS and check_active is False
+    if r.status is not None and r.status not in ACTIONABLE_STATUSES and not isolated:
         return _Hold(HOLD_NODE_BUSY, now + NODE_BUSY_RETRY_S, f"node is {r.status}: another action is in flight")
     if action == Action.REPLACE and r.group in state.capacity_holds:
         return _Hold(HOLD_CAPACITY, None, state.capacity_holds[r.group].reason)

@@ -1,11 +1,16 @@
 """The decision table: from evidence about one checked node to a verdict.
 
-HyperPod's API has no pass/fail field, so the verdict is inferred from what can be observed:
-- the node's status over time (`DeepHealthCheckInProgress` -> `Running` is a pass),
-- its instance id changing under the same `NodeLogicalId` (HyperPod replaced it; `ShuttingDown` before that is
-  a replacement in flight, so the verdict waits for it),
-- an error line for the instance in the `DeepHealthCheckResults/*` log streams,
-- never being seen in progress (HyperPod skips nodes busy with a job for > 10 minutes).
+HyperPod's API has no pass/fail field, so the verdict is inferred, and only positive evidence passes a node:
+- a result line that names the node's instance (or hostname) and says it passed, read `log_settle_s` after
+  the node left its check (CloudWatch delivers lines late), and no error line naming it;
+- or, for HyperPod's own on-start checks, `Running` after `DeepHealthCheckInProgress` (HyperPod isolates or
+  replaces a node that fails them) with no error line naming it or naming nobody.
+Failure evidence: an error line naming the node, `Failure`, HyperPod rebooting the node after the check, or its
+instance id changing under the same `NodeLogicalId` (HyperPod replaced it). Everything else is not a pass:
+- `skipped` (re-checked): it left the check with no result line at all (busy with a job, or superseded), or
+  never entered it while HyperPod's check operation ran to its end;
+- `inconclusive` (an operator decides, no re-check): result lines exist but name no instance, so they cannot
+  clear or condemn any one node; or the node stayed in `DeepHealthCheckInProgress` after the operation ended.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from deephealth.domain.nodes import (
     NodeSnapshot,
     Verdict,
 )
+from deephealth.domain.results import NodeResults
 
 # HyperPod waits up to 10 minutes for a running job before it skips a node; allow for our poll spacing.
 SKIP_GRACE_S = 15 * 60
@@ -29,20 +35,34 @@ SKIP_GRACE_S = 15 * 60
 class Judgement:
     verdict: Verdict
     evidence: tuple[str, ...]
+    recheck: bool = True  # False: a re-check cannot settle it (an inconclusive verdict is final at once)
 
 
-def judge_check(
-    record: NodeRecord,
-    snapshot: NodeSnapshot | None,
-    log_error: str | None,
-    now: float,
-    check_timeout_s: float,
-) -> Judgement | None:
-    """Verdict for a node in `checking`, or None while the evidence is not conclusive yet.
+@dataclass(frozen=True)
+class Look:
+    """What one observation knows about a node's check besides its listing."""
 
-    `log_error` is the first error line logged for the node's instance since the check started (the
-    caller queries the result logs before judging any node that has left `DeepHealthCheckInProgress`).
-    """
+    now: float
+    # The result lines bearing on the node, read in this look; None when they were not read (not settled yet).
+    results: NodeResults | None
+    # Whether an on-demand check operation is in progress on the cluster (None: not asked in this look).
+    check_active: bool | None
+    check_timeout_s: float
+    log_settle_s: float
+
+
+def left_check(record: NodeRecord, snapshot: NodeSnapshot, check_active: bool | None) -> bool:
+    """The node is done with the check it was seen in: out of `DeepHealthCheckInProgress`, or still showing it
+    after HyperPod's check operation ended (isolated after a failure: a reading the docs allow)."""
+    if not (record.seen_in_progress or record.observe_only):
+        return False
+    if snapshot.status != IN_PROGRESS:
+        return True
+    return check_active is False and not record.observe_only  # on-start checks are not operations
+
+
+def judge_check(record: NodeRecord, snapshot: NodeSnapshot | None, look: Look) -> Judgement | None:
+    """Verdict for a node in `checking`, or None while the evidence is not conclusive yet."""
     if snapshot is None:
         return Judgement(Verdict.GONE, ("node no longer listed by ListClusterNodes",))
     if record.instance_id and snapshot.instance_id and snapshot.instance_id != record.instance_id:
@@ -55,33 +75,61 @@ def judge_check(
         )
     if record.check_started_at is None and not record.observe_only:
         return None  # claimed, but no check of ours started yet: nothing the node shows is about a check
-    started = record.check_started_at or now
-    elapsed = now - started
-    if log_error:
-        return Judgement(Verdict.FAILED, (f"result log: {log_error[:300]}",))
+    results = look.results
+    if results is not None and results.error:
+        return Judgement(Verdict.FAILED, (f"result log: {results.error[:300]}",))
     status = snapshot.status
     if status in FAILURE_STATUSES:
         return Judgement(Verdict.FAILED, (f"status {status} after the check started",))
-    # ShuttingDown is someone else's replacement in flight, not evidence about the check: its outcome shows
-    # as a new instance id (replaced-by-hyperpod) or the node disappearing (gone), or the timeout applies.
-    if status == IN_PROGRESS:
-        if elapsed > check_timeout_s:
-            return Judgement(Verdict.INCONCLUSIVE, (f"still {IN_PROGRESS} {int(elapsed)} s after start (timeout)",))
-        return None
     if status == "Pending" and record.seen_in_progress:
         return Judgement(Verdict.FAILED, ("status Pending after the check: HyperPod is rebooting the node",))
-    if status == RUNNING:
-        if record.seen_in_progress:
-            return Judgement(Verdict.PASSED, (f"{IN_PROGRESS} -> Running with no error in the result log",))
-        if record.observe_only:
-            # HyperPod only lets a node of an on-start group reach Running after its checks pass.
-            return Judgement(Verdict.PASSED, ("Running after HyperPod's on-start checks, no error in the result log",))
-        if elapsed >= SKIP_GRACE_S:
-            return Judgement(
-                Verdict.SKIPPED,
-                (f"never seen in {IN_PROGRESS} within {SKIP_GRACE_S} s: HyperPod skipped the node (busy)",),
-            )
-        return None
-    if elapsed > check_timeout_s:
-        return Judgement(Verdict.INCONCLUSIVE, (f"status {status} at check timeout",))
-    return None
+    elapsed = look.now - (record.check_started_at or look.now)
+    if record.check_left_at is None:
+        return _in_check(record, status, elapsed, look)
+    if look.now - record.check_left_at < look.log_settle_s or results is None:
+        return None  # its result line may still be on its way
+    return _after_check(record, status, results)
+
+
+def _in_check(record: NodeRecord, status: str, elapsed: float, look: Look) -> Judgement | None:
+    if elapsed > look.check_timeout_s:
+        return Judgement(Verdict.INCONCLUSIVE, (f"status {status} {int(elapsed)} s after the check started (timeout)",))
+    if status == RUNNING and not record.seen_in_progress and elapsed >= SKIP_GRACE_S and look.check_active is False:
+        return Judgement(
+            Verdict.SKIPPED,
+            (f"never seen in {IN_PROGRESS}, and HyperPod's check operation has ended: skipped (busy)",),
+        )
+    return None  # in the check, not started yet (HyperPod may start slowly), or moving (Detach/Attach...)
+
+
+def _after_check(record: NodeRecord, status: str, results: NodeResults) -> Judgement | None:
+    if results.unattributed_errors:
+        # Even with a pass line naming it: the anonymous error may be another of its checks failing.
+        return Judgement(
+            Verdict.INCONCLUSIVE,
+            (f"{results.unattributed_errors} error line(s) in the result logs name no instance: cannot tell whose",),
+            recheck=False,
+        )
+    if results.passed and status == RUNNING:
+        return Judgement(Verdict.PASSED, (f"{IN_PROGRESS} -> Running; its result line says passed",))
+    if status == IN_PROGRESS:
+        return Judgement(
+            Verdict.INCONCLUSIVE,
+            (f"still {IN_PROGRESS} after HyperPod's check operation ended; no result line names it",),
+            recheck=False,
+        )
+    if status != RUNNING:
+        return None  # being moved or re-provisioned: its listing will say more
+    if record.observe_only:
+        # HyperPod isolates or replaces a node that fails its on-start checks: Running after them is its pass.
+        return Judgement(Verdict.PASSED, ("Running after HyperPod's on-start checks; no error line names it",))
+    if results.unattributed_passes:
+        return Judgement(
+            Verdict.INCONCLUSIVE,
+            ("result lines exist but none names this instance: cannot tell whether it passed",),
+            recheck=False,
+        )
+    return Judgement(
+        Verdict.SKIPPED,
+        (f"{IN_PROGRESS} -> Running with no result line: skipped (queued behind a job) or its check superseded",),
+    )

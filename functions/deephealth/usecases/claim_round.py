@@ -43,6 +43,7 @@ def claim_round(ctx: Context, state: RoundState) -> RoundState:
                 round_id,
                 round_id=round_id,
                 check_started_at=None,
+                check_left_at=None,
                 seen_in_progress=False,
                 observe_only=False,
             )

@@ -1,11 +1,13 @@
-"""Looking at a cluster: one HyperPod listing (and at most one result-log query) folded into the node records,
-every change saved; and closing out a cluster that is gone."""
+"""Looking at a cluster: one HyperPod listing (and at most one result-log query and one look at HyperPod's check
+operations) folded into the node records, every change saved; and closing out a cluster that is gone."""
 
 from __future__ import annotations
 
-from deephealth.domain.nodes import IN_PROGRESS, Decision, NodeRecord, NodeSnapshot, NodeState, round_seq_of
+from deephealth.domain.nodes import IN_PROGRESS, RUNNING, Decision, NodeRecord, NodeSnapshot, NodeState, round_seq_of
 from deephealth.domain.observe import Observation, close_out, observe
-from deephealth.domain.rounds import ListingWindow
+from deephealth.domain.results import ResultLog
+from deephealth.domain.rounds import EXPECTED_CHECK_S, ListingWindow
+from deephealth.domain.verdicts import SKIP_GRACE_S
 from deephealth.usecases.context import ClusterView, Context
 from deephealth.usecases.decisions import save_and_announce
 
@@ -54,22 +56,25 @@ def fold(
     trigger: str,
     orphaned_before: int | None = None,
 ) -> list[tuple[NodeRecord, Decision]]:
-    """Observe every node in `snapshots` or `view.records`; the result logs are read once, if a check ended."""
+    """Observe every node in `snapshots` or `view.records`. The result logs are read once, when a node's check
+    ended long enough ago for its line to have arrived; HyperPod's check operations are asked about once, when
+    a node has stayed in (or out of) the check for longer than a check takes."""
     view.snapshots = snapshots
-    # Claimed nodes whose check has not started yet have not left anything: no result-log query for them.
+    now = ctx.clock()
     checking = [r for r in view.records.values() if r.state == NodeState.CHECKING and r.check_started_at]
-    left = [r for r in checking if (s := snapshots.get(r.key)) is None or s.status != IN_PROGRESS]
-    log_errors = None
-    if left:
-        since = min(r.check_started_at or ctx.clock() for r in checking)
-        log_errors = ctx.logs.errors_since(
-            view.info.log_group, since, {r.instance_id for r in checking if r.instance_id}
-        )
+    results = None
+    if settled := [r for r in checking if _settled(r, view, now)]:
+        since = min(r.check_started_at or now for r in settled)
+        results = ResultLog(ctx.logs.lines_since(view.info.log_group, since), since=since, read_at=now)
+    check_active = None
+    if any(_ask_operation(r, snapshots.get(r.key), view, now) for r in checking):
+        check_active = ctx.hyperpod.check_in_progress(cluster)
     obs = Observation(
-        now=ctx.clock(),
+        now=now,
         node_recovery=view.info.node_recovery,
         trigger=trigger,
-        log_errors=log_errors,
+        results=results,
+        check_active=check_active,
         groups=view.groups,
         orphaned_before=orphaned_before,
         cluster_id=view.info.cluster_id,
@@ -79,6 +84,26 @@ def fold(
         for key in sorted(set(snapshots) | set(view.records))
         if (c := observe(cluster, view.records.get(key), snapshots.get(key), obs))
     ]
+
+
+def _settled(record: NodeRecord, view: ClusterView, now: float) -> bool:
+    """The node left its check long enough ago for its result line to be readable."""
+    group = view.groups.get(record.group)
+    settle = group.policy.log_settle_s if group else 0
+    return record.check_left_at is not None and now - record.check_left_at >= settle
+
+
+def _ask_operation(record: NodeRecord, snapshot: NodeSnapshot | None, view: ClusterView, now: float) -> bool:
+    """Whether the node's verdict hangs on HyperPod's check operation having ended: it has shown
+    `DeepHealthCheckInProgress` for longer than its checks take (isolated after a failure?), or has not shown it
+    for longer than HyperPod waits for a busy node (skipped, or a slow start?)."""
+    group = view.groups.get(record.group)
+    if snapshot is None or group is None or record.observe_only or record.check_left_at is not None:
+        return False
+    elapsed = now - (record.check_started_at or now)
+    if snapshot.status == IN_PROGRESS:
+        return elapsed >= sum(EXPECTED_CHECK_S[c] for c in record.requested_checks or group.policy.checks)
+    return snapshot.status == RUNNING and not record.seen_in_progress and elapsed >= SKIP_GRACE_S
 
 
 def close_cluster(ctx: Context, cluster: str, reason: str, trigger: str) -> str:

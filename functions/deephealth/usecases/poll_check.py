@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from deephealth.domain.errors import ClusterNotFound
 from deephealth.domain.rounds import FULL_OBSERVE_S, RoundState, build_check_request, expected_check_s, next_wait
 from deephealth.usecases.context import Context
@@ -43,6 +45,11 @@ def poll_check(ctx: Context, state: RoundState) -> RoundState:
             awaiting_start=any(not r.seen_in_progress for r in members),
         )
     )
+    left = [r.check_left_at for r in members if r.check_left_at is not None]
+    if not done and left and len(left) == len(members):
+        # All done with the check: nothing can change a verdict before the first result line has settled.
+        settle = min(view.groups[r.group].policy.log_settle_s for r in members if r.group in view.groups)
+        wait = max(wait, math.ceil(min(left) + settle - now))
     return state.model_copy(
         update={
             "done": done,

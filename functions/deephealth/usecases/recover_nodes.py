@@ -6,11 +6,12 @@ from __future__ import annotations
 from deephealth.adapters.hyperpod import ClusterInfo
 from deephealth.domain.actions import action_refused, action_started, action_unconfirmed
 from deephealth.domain.errors import ClusterNotFound
-from deephealth.domain.nodes import Action, NodeRecord
+from deephealth.domain.grace import after_grace, grace_expired, grace_start, hyperpod_action
+from deephealth.domain.nodes import IN_PROGRESS, Action, NodeRecord, NodeState
 from deephealth.domain.rounds import RoundState
 from deephealth.domain.safety import gate_recovery
 from deephealth.observability import logger, node_metric
-from deephealth.usecases.context import Context
+from deephealth.usecases.context import ClusterView, Context
 from deephealth.usecases.decisions import alert, save_and_announce
 
 
@@ -21,9 +22,17 @@ def recover_nodes(ctx: Context, state: RoundState) -> RoundState:
     except ClusterNotFound:
         return state.model_copy(update={"recovery_due": 0})
     due = ctx.due(view)
+    if due:
+        try:
+            due = end_grace(ctx, state, view, due, now)
+        except ClusterNotFound:
+            return state.model_copy(update={"recovery_due": 0})
     if not due:
         return state.model_copy(update={"recovery_due": 0})
     safety = ctx.safety(view.info)
+    # A node left in DeepHealthCheckInProgress is isolated, not busy, once no check operation runs: ask once.
+    stuck = any(r.status == IN_PROGRESS for r in due)
+    check_active = ctx.hyperpod.check_in_progress(state.cluster) if stuck else None
     plan = gate_recovery(
         due,
         view.records,
@@ -32,6 +41,7 @@ def recover_nodes(ctx: Context, state: RoundState) -> RoundState:
         safety,
         now,
         state.round_id,
+        check_active,
     )
     if plan.safety is not None:
         # Conditional: a concurrent operator reset wins, and this round's actions wait for the next look.
@@ -47,6 +57,30 @@ def recover_nodes(ctx: Context, state: RoundState) -> RoundState:
         if records:
             act(ctx, state, view.info, action, records)
     return state.model_copy(update={"recovery_due": 0})
+
+
+def end_grace(
+    ctx: Context, state: RoundState, view: ClusterView, due: list[NodeRecord], now: float
+) -> list[NodeRecord]:
+    """Nodes whose HyperPod grace expired: one ListClusterEvents each, since the grace began (`grace_start`).
+    HyperPod acted (a reboot between our listings): the node is checked again, not acted on; it did not: its
+    ladder step is recorded. Returns `due` without the re-checked nodes, the others as saved (`view.records` too)."""
+    expired = grace_expired(due)
+    if not expired:
+        return due
+    changes = []
+    for r in expired:
+        policy = view.groups[r.group].policy
+        events = ctx.hyperpod.instance_events_since(state.cluster, r.instance_id or "", grace_start(r, policy))
+        change = after_grace(r, hyperpod_action(events), policy, now, state.round_id)
+        if change is not None:
+            changes.append(change)
+    saved = {r.key: r for r in save_and_announce(ctx, changes)}
+    view.records.update(saved)
+    rechecked = {r.key for r, _ in changes if r.state != NodeState.RECOVERY_DUE}
+    # A change lost to a concurrent writer drops its node: the next look re-decides from fresh state.
+    lost = {r.key for r, _ in changes} - set(saved)
+    return [saved.get(r.key, r) for r in due if r.key not in rechecked and r.key not in lost]
 
 
 def act(ctx: Context, state: RoundState, info: ClusterInfo, action: Action, records: list[NodeRecord]) -> None:

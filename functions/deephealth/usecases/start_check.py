@@ -3,12 +3,13 @@ per round), and hand the others back to the queue."""
 
 from __future__ import annotations
 
-from deephealth.domain.errors import ClusterBusy, Throttled
-from deephealth.domain.nodes import IN_PROGRESS, RUNNING, NodeState, transition
+from deephealth.domain.errors import CheckRefused, ClusterBusy, Throttled
+from deephealth.domain.nodes import IN_PROGRESS, RUNNING, NodeRecord, NodeState, transition
+from deephealth.domain.refusals import check_refused
 from deephealth.domain.rounds import RoundState, build_check_request, expected_check_s, listing_window, next_wait
 from deephealth.observability import logger, node_metric
 from deephealth.usecases.claim_round import shadow_checks
-from deephealth.usecases.context import Context
+from deephealth.usecases.context import ClusterView, Context
 from deephealth.usecases.decisions import save_and_announce
 from deephealth.usecases.observe_cluster import observe_cluster
 
@@ -23,30 +24,23 @@ def start_check(ctx: Context, state: RoundState) -> RoundState:
     shadow = [r for r in members if view.groups[r.group].policy.dry_run]
     shadow_checks(ctx, shadow, view, state.round_id, now)
     members = [r for r in members if not view.groups[r.group].policy.dry_run]
-    ours = {r.key for r in members}
-    # Members already in a check are ours only if this round asked for one (a retry after the call went
-    # through); otherwise someone else's check (an operator's, a dead round's) covers them.
+    # Members in a check are ours only if this round asked for one (a retry after the call went through).
     requested = ctx.table.round_meta(state.cluster).check_requested == state.round_id
-    elsewhere = [
-        key
-        for key, s in snapshots.items()
-        if s.status == IN_PROGRESS
-        and (key not in ours or not requested)
-        and (group := view.groups.get(s.group)) is not None
-        and not group.observe_only  # HyperPod's on-start checks are not on-demand checks
-    ]
-    if elsewhere:
-        # An on-demand check is still active (a dead round's, or an operator's): asking now is only refused.
-        raise ClusterBusy(f"{len(elsewhere)} node(s) of {state.cluster} are in a check this round did not start")
     ready, unready, already = [], [], []
     for r in members:
         s = snapshots.get(r.key)
-        if s and s.instance_id == r.instance_id and s.status == IN_PROGRESS:
+        if s and s.instance_id == r.instance_id and s.status == IN_PROGRESS and requested:
             already.append(r)  # our own request went through before a retry of this step
         elif s and s.instance_id == r.instance_id and s.status == RUNNING:
             ready.append(r)
         else:
+            # Not Running, or left in DeepHealthCheckInProgress by a check that is over (a node can stay
+            # there after failing one): it waits in the queue and holds back no one else's request.
             unready.append(r)
+    if ready and not requested and ctx.hyperpod.check_in_progress(state.cluster):
+        # HyperPod's operation, not node statuses, says a check is active (a dead round's, an operator's):
+        # asking now is only refused.
+        raise ClusterBusy(f"a deep health check this round did not start is in progress on {state.cluster}")
     save_and_announce(
         ctx,
         [
@@ -62,35 +56,85 @@ def start_check(ctx: Context, state: RoundState) -> RoundState:
             for r in unready
         ],
     )
-    configs = build_check_request(ready + already, view.groups)
+    checked = ready + already
     if ready and not already and requested:
         # This round asked before and the answer was lost (a 5xx, or this step failed after the call): the
         # check may be starting. Asking again could be a second request while it runs, so it is not: if the
         # first request never arrived, its members are judged skipped and checked again (never passed).
         logger.warning("check already requested by this round; not asking again", extra={"round_id": state.round_id})
     elif ready and not already:
-        # Intent first: a retry of this step after the call went through knows the check is its own.
-        ctx.table.note_check_request(state.cluster, state.round_id)
-        try:
-            ctx.hyperpod.start_health_check(state.cluster, configs)
-        except (ClusterBusy, Throttled):
-            ctx.table.note_check_request(state.cluster, None)  # refused or never carried out
-            raise
-        logger.info("check started", extra={"round_id": state.round_id, "configurations": configs})
+        checked = request_check(ctx, state, view, ready, now)
+    configs = build_check_request(checked, view.groups)
     save_and_announce(
         ctx,
         [
             r.model_copy(update={"check_started_at": now, "updated_at": now})
-            for r in ready + already
+            for r in checked
             if r.check_started_at is None
         ],
         audit=False,
     )
-    node_metric("NodesChecked", state.cluster, len(ready) + len(already))
+    node_metric("NodesChecked", state.cluster, len(checked))
     expected = expected_check_s(configs)
     interval = min((g.policy.poll_interval_s for g in view.groups.values()), default=60)
     wait = next_wait(now, now, expected, interval, awaiting_start=True) if configs else 0
-    window = listing_window(snapshots[r.key] for r in ready + already)
+    window = listing_window(snapshots[r.key] for r in checked)
     return state.model_copy(
         update={"started_at": now, "wait_s": wait, "done": not configs, "window": window, "observed_at": now}
     )
+
+
+def request_check(
+    ctx: Context, state: RoundState, view: ClusterView, ready: list[NodeRecord], now: float
+) -> list[NodeRecord]:
+    """One StartClusterHealthCheck for `ready`; returns the members the started check covers.
+
+    A request refused for itself (CheckRefused: not busy) that spans several groups is asked again one group
+    at a time, stopping at the first accepted (one active check per cluster), so one group HyperPod will not
+    check holds back no other: a group refused on its own leaves the round inconclusive, the groups not
+    tried go back to the queue. At most one request per group per round.
+    """
+    cluster = state.cluster
+    by_group: dict[str, list[NodeRecord]] = {}
+    for r in ready:
+        by_group.setdefault(r.group, []).append(r)
+    # Intent first: a retry of this step after the call went through knows the check is its own.
+    ctx.table.note_check_request(cluster, state.round_id)
+    try:
+        if _asked(ctx, state, ready, view, now):
+            return ready
+        groups = sorted(by_group) if len(by_group) > 1 else []
+        for i, group in enumerate(groups):
+            if _asked(ctx, state, by_group[group], view, now):
+                requeue = [r for later in groups[i + 1 :] for r in by_group[later]]
+                reason = f"not checked this round: HyperPod runs one check at a time ({group}'s went first)"
+                save_and_announce(
+                    ctx, [transition(r, now, NodeState.PENDING, reason, state.round_id, round_id=None) for r in requeue]
+                )
+                return by_group[group]
+    except (ClusterBusy, Throttled, CheckRefused):
+        ctx.table.note_check_request(cluster, None)  # refused or never carried out
+        raise
+    ctx.table.note_check_request(cluster, None)  # every request refused: no check is ours
+    return []
+
+
+def _asked(ctx: Context, state: RoundState, records: list[NodeRecord], view: ClusterView, now: float) -> bool:
+    """Ask for a check of `records`: True if HyperPod accepted it. A refusal of a single group's request
+    settles its members (inconclusive, HyperPod's message as evidence); a wider one is only reported. (A refusal
+    by IAM never gets here: the adapter raises it, and the round fails.)"""
+    configs = build_check_request(records, view.groups)
+    try:
+        ctx.hyperpod.start_health_check(state.cluster, configs)
+    except CheckRefused as refused:
+        groups = sorted({r.group for r in records})
+        logger.warning(
+            "check refused", extra={"round_id": state.round_id, "groups": groups, "refusal": str(refused)[:300]}
+        )
+        if len(groups) == 1:
+            save_and_announce(
+                ctx, [check_refused(r, refused.code, refused.message, now, state.round_id) for r in records]
+            )
+        return False
+    logger.info("check started", extra={"round_id": state.round_id, "configurations": configs})
+    return True
