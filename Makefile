@@ -10,7 +10,7 @@ DEV_PTH := hyperpod-dhc-dev.pth
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_DEFAULT_REGION ?= us-east-1
 
-.PHONY: install test lint unit integration infra simulation synth demo bench coldstart faults openapi clean
+.PHONY: install test lint unit integration infra simulation synth demo bench coldstart faults fidelity openapi clean
 
 # The dev venv: the pinned stack (`dev` group), the operator CLI `hpdhc` as an operator gets it (editable: its
 # one dependency, boto3, is already in the group), and a .pth putting the repository root and functions/ on the
@@ -68,6 +68,11 @@ coldstart: install
 # Every fault-injection scenario and the bad-AMI scenario: one row each (verdicts, actions, budget use).
 faults: install
 	$(PY) -m tests.simulation.safety_table
+
+# The controller under every reading of what HyperPod does not document (tests/twin/fidelity.py): one row per
+# variant (verdicts, false/untested passes, false fails, actions, latency); ARGS="--only log-lag", "--json".
+fidelity: install
+	$(PY) -m tests.twin.fidelity --jobs 2 $(ARGS)
 
 # Rewrites docs/openapi.json from the Api handler's routes (tests fail while it is stale).
 openapi: install

@@ -162,7 +162,7 @@ class NaiveController:
 
         self.scenario = scenario
         self.policy = parse_config(config)
-        self.coalesce = coalesce and not scenario.incidents and scenario.faults.second_check_request == "reject"
+        self.coalesce = coalesce and not scenario.incidents and scenario.fidelity.second_check_request == "reject"
         self.sim = SimulatedHyperPod(scenario, Clock())
         self.clock = self.sim.clock
         self.t0 = self.clock.now()

@@ -2,6 +2,7 @@ import pytest
 
 from tests.harness.synth import base_config, synthesized_template
 from tests.harness.template import ControllerTemplate
+from tests.simulation.invariants import assert_invariants
 from tests.twin.report import build_report
 from tests.twin.scenario import Scenario
 from tests.twin.simulation import Twin
@@ -16,12 +17,17 @@ def controller_template() -> ControllerTemplate:
 
 @pytest.fixture
 def simulate(controller_template):
-    """Run a scenario (a dict in the scenario-file shape) through the twin; returns its report."""
+    """Run a scenario (a dict in the scenario-file shape) through the twin, check the shared invariants, and
+    return its report."""
 
-    def run(raw: dict) -> dict:
+    def run(raw: dict, invariants: bool = True) -> dict:
+        """`invariants`: the shared invariants must hold (tests/simulation/invariants.py), as on every scenario."""
         scenario = Scenario.model_validate({"version": 1, **raw})
         with Twin(scenario, controller_template, scenario.controller_config(BASE_CONFIG)) as twin:
             wall = twin.run()
-            return build_report(twin, wall)
+            report = build_report(twin, wall)
+        if invariants:
+            assert_invariants(report)
+        return report
 
     return run

@@ -17,6 +17,17 @@ def assert_invariants(report: dict) -> None:
     unalerted = [(k[:8], nodes[k]["group"]) for k in report["inconclusive_without_alert"]]
     assert not unalerted, f"inconclusive nodes without a node-inconclusive notification: {unalerted}"
 
+    # Verdicts against the ground truth of each instance (report version 4): the controller's core purpose.
+    for key, what in (
+        ("false_pass", "passed while their instance was faulty"),
+        ("untested_pass", "passed without a check outcome on their instance"),
+        ("false_fail", "failed, or acted on, while their instance was healthy"),
+    ):
+        wrong = [
+            (k[:8], d["group"], d["verdict"], d["actions"], d["evidence"][-2:]) for k, d in nodes.items() if d[key]
+        ]
+        assert report[key] == 0, f"{key}={report[key]}: nodes {what} (node, group, verdict, actions, evidence): {wrong}"
+
     actions = report["actions"]
     # Never a reboot/replace while another action (HyperPod's or ours) is in flight on the node.
     assert actions["conflicting"] == 0, f"{actions['conflicting']} conflicting action request(s)"

@@ -42,6 +42,10 @@ FAST_CHECKS = {"InstanceStress": [1800, 2400]}
 # (the test fails once one is used: then it goes from here).
 _STARTS = "ensure_round (adapters/round_starter.py `_running`): a start that meets ExecutionAlreadyExists"
 _OBSERVES = "observe_cluster -> fold: a node whose check started has left it, so the result logs are read"
+_OPERATIONS = (
+    "observe_cluster -> fold: a node has stayed in (or out of) its check longer than a check takes, so "
+    "HyperPod's check operation is asked about (check_in_progress)"
+)
 NOT_EXERCISED: dict[tuple[str, str], str] = {
     ("Api", "states:DescribeExecution"): f"POST /checks, breaker reset -> {_STARTS}",
     ("FinishRound", "states:DescribeExecution"): f"finish_round -> {_STARTS}",
@@ -50,6 +54,16 @@ NOT_EXERCISED: dict[tuple[str, str], str] = {
     ("ClaimRound", "logs:FilterLogEvents"): f"claim_round -> {_OBSERVES}",
     ("StartCheck", "logs:FilterLogEvents"): f"start_check -> {_OBSERVES}",
     ("Intake", "logs:FilterLogEvents"): f"handle_signal -> reconcile_cluster -> {_OBSERVES}",
+    # Results are read once settled (log_settle_s after the node left its check): a live round's poll reads them
+    # first, so Reconcile only does for the nodes of a round that died.
+    ("Reconcile", "logs:FilterLogEvents"): f"reconcile_cluster, no live round (it died) -> {_OBSERVES}",
+    ("ClaimRound", "sagemaker:ListClusterOperations"): f"claim_round -> {_OPERATIONS}",
+    ("Intake", "sagemaker:ListClusterOperations"): f"handle_signal -> reconcile_cluster -> {_OPERATIONS}",
+    ("Reconcile", "sagemaker:ListClusterOperations"): f"reconcile_cluster -> {_OPERATIONS}",
+    ("RecoverNodes", "sagemaker:ListClusterOperations"): "recover_nodes: a node due for recovery still shows "
+    "DeepHealthCheckInProgress (the failed_status reading), so whether a check runs is asked (check_in_progress)",
+    ("Reconcile", "sns:Publish"): "reconcile_cluster -> observe_cluster -> save -> publish: a verdict Reconcile "
+    "reaches itself (a dead round's node judged failed or inconclusive)",
     ("Intake", "sns:Publish"): "handle_signal -> _node_signal -> save -> publish: an Unhealthy report "
     "HyperPod confirms fails the node (node-failed)",
     ("StartCheck", "sns:Publish"): "start_check -> shadow_checks: dry-run announces the check it would start",

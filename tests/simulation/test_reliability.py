@@ -8,8 +8,10 @@ are named in each docstring.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import uuid
+from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
@@ -27,7 +29,6 @@ from .conftest import BASE_CONFIG
 from .invariants import assert_invariants
 
 FAST_CHECKS = {"InstanceStress": [1800, 1800]}
-BUSY = "A deep health check is already in progress for cluster {c}. Only one on-demand deep health check request can be active per cluster."  # noqa: E501
 
 
 def twin_of(controller_template, raw: dict) -> Twin:
@@ -55,21 +56,55 @@ def claimed_unstarted(twin: Twin, cluster: str) -> list:
     ]
 
 
+@contextlib.contextmanager
+def operator_check_as_the_round_asks(twin: Twin, cluster: str) -> Iterator[list[str]]:
+    """An operator's console check of one claimed member (the first by key), started the moment the round's
+    Start check first calls HyperPod: from then on HyperPod lists the operator's DeepHealthCheck operation
+    InProgress, so the round meets a busy cluster and must wait (ClusterBusy retries) without asking for a check
+    until the operation ends. Yields the member, once its check started."""
+    chosen: list[str] = []
+    start_check = twin.function_name("StartCheck")
+    handle = twin.sim.handle
+
+    def handle_meeting_the_operator(operation: str, params: dict, region: str, account: str) -> tuple[int, dict]:
+        if (
+            not chosen
+            and moto_patches.current_function() == start_check
+            and (claimed := sorted(r.key for r in claimed_unstarted(twin, cluster)))
+            and twin.sim.start_foreign_check(cluster, "p5", claimed[:1]) == "started"
+        ):
+            chosen.append(claimed[0])
+        return handle(operation, params, region, account)
+
+    with mock.patch.object(twin.sim, "handle", handle_meeting_the_operator):
+        yield chosen
+
+
+def controller_requests(twin: Twin, start: float, end: float) -> list[set[str]]:
+    """The instance ids of each StartClusterHealthCheck the controller sent in [start, end) (the fake's
+    boundary: the operator's console requests are not among them)."""
+    return [
+        {i for c in p["DeepHealthCheckConfigurations"] for i in c["InstanceIds"]}
+        for at, op, p in twin.sim.requests
+        if op == "StartClusterHealthCheck" and start <= at < end
+    ]
+
+
 def test_a_round_stopped_while_the_cluster_is_busy_hands_nothing_to_nobody(controller_template):
     """Defect 1: StopExecution after Claim round and before Start check left every claimed node `checking`
     forever (6/6 after 24 h). Lower layer: test_observe's claimed-node tests."""
     stopped: list[str] = []
-    with twin_of(controller_template, small("stop")) as twin:
+    with twin_of(controller_template, small("stop")) as twin, operator_check_as_the_round_asks(twin, "stop") as foreign:
 
         def stop() -> None:
             for execution in twin.running():
                 stopped.append(execution["name"])
                 twin._stop(execution["executionArn"])
 
-        twin.when(lambda: bool(twin.running()) and bool(claimed_unstarted(twin, "stop")), stop)
-        # An operator's console check is active when the round asks, so the round waits in ClusterBusy retries.
-        twin.sim.inject_error("StartClusterHealthCheck", "ValidationException", times=2, message=BUSY.format(c="stop"))
+        # The operator's console check is active when the round asks, so the round waits in ClusterBusy retries.
+        twin.when(lambda: bool(foreign) and bool(twin.running()) and bool(claimed_unstarted(twin, "stop")), stop)
         report = build_report(twin, twin.run())
+    assert foreign, "an operator's check was active when the round asked"
     assert stopped, "the round was stopped while its nodes were claimed and unstarted"
     assert_invariants(report)
     assert report["verdicts"]["passed"] == 6
@@ -299,21 +334,24 @@ def test_a_cluster_recreated_under_its_name_starts_with_a_closed_breaker(control
 
 def test_an_operators_check_over_one_claimed_node_makes_the_round_wait_then_check_every_member(controller_template):
     """Defect 10: a console check covering one member made the round request nothing for the others (they were
-    then judged skipped)."""
-    with twin_of(controller_template, small("console")) as twin:
-        foreign: list[str] = []
-
-        def operator_checks_one() -> None:
-            (member, *_) = sorted(r.key for r in claimed_unstarted(twin, "console"))
-            twin.sim.start_foreign_check("console", "p5", [member])
-            foreign.append(member)
-
-        twin.when(lambda: bool(claimed_unstarted(twin, "console")), operator_checks_one)
-        twin.sim.inject_error("StartClusterHealthCheck", "ValidationException", message=BUSY.format(c="console"))
+    then judged skipped). The round must not ask while the operator's operation is InProgress (it would only
+    be refused), and must check every other member once it ended."""
+    with (
+        twin_of(controller_template, small("console")) as twin,
+        operator_check_as_the_round_asks(twin, "console") as foreign,
+    ):
         report = build_report(twin, twin.run())
         records = twin.records("console")
+        (operator,) = twin.sim.foreign_checks
+        assert operator.ended is not None, "the operator's check ended"
+        meanwhile = controller_requests(twin, operator.requested, operator.ended)
+        after = controller_requests(twin, operator.ended, float("inf"))
     assert foreign, "the operator's check covered a claimed member"
-    assert report["verdicts"]["passed"] == 6 and report["checks"]["started_while_foreign_active"] == 0
+    assert not meanwhile, f"the controller asked for a check while the operator's was in progress: {meanwhile}"
+    assert report["checks"]["rejected_while_active"] == report["checks"]["started_while_foreign_active"] == 0
+    others = {r.instance_id for r in records.values() if r.key not in foreign}
+    assert after and others <= after[0], "the request after the operator's check named every other member"
+    assert report["verdicts"]["passed"] == 6
     skipped = [r.key for r in records.values() for o in r.outcomes if o.verdict == Verdict.SKIPPED]
     assert not skipped, f"members judged skipped: {skipped}"
 
@@ -321,7 +359,10 @@ def test_an_operators_check_over_one_claimed_node_makes_the_round_wait_then_chec
 def test_dry_run_switched_on_while_a_round_waits_for_a_busy_cluster_starts_no_check(controller_template):
     """Defect 10: the round, waiting in ClusterBusy retries when the group was switched to dry-run, still
     started the check."""
-    with twin_of(controller_template, small("late-dry")) as twin:
+    with (
+        twin_of(controller_template, small("late-dry")) as twin,
+        operator_check_as_the_round_asks(twin, "late-dry") as foreign,
+    ):
 
         def switch_to_dry_run() -> None:
             config = {**twin.config, "defaults": {**twin.config.get("defaults", {}), "dry_run": True}}
@@ -330,10 +371,11 @@ def test_dry_run_switched_on_while_a_round_waits_for_a_busy_cluster_starts_no_ch
             )
             _clear_parameter_cache()
 
-        twin.when(lambda: bool(claimed_unstarted(twin, "late-dry")), switch_to_dry_run)
-        twin.sim.inject_error("StartClusterHealthCheck", "ValidationException", message=BUSY.format(c="late-dry"))
+        twin.when(lambda: bool(foreign) and bool(claimed_unstarted(twin, "late-dry")), switch_to_dry_run)
         report = build_report(twin, twin.run())
-    assert not twin.sim.check_runs, "no check ran"
+    assert foreign, "the round met the operator's check"
+    assert twin.sim.calls["StartClusterHealthCheck"] == 0, "the controller started no check"
+    assert set(twin.sim.check_runs) == set(foreign), "only the operator's check ran"
     assert report["verdicts"]["shadowed"] == 6
 
 

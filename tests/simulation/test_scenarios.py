@@ -87,9 +87,12 @@ def test_throttling_and_server_errors_on_every_api_still_end_in_verdicts(simulat
             "groups": [{"name": "p5", "count": 10, "arrival": {"start_s": 0, "spread_s": 3600}}],
             "hardware": {"transient_fault_rate": 0.2},
             "check_duration_s": FAST_CHECKS,
-            "faults": {"throttle_rate": 0.1, "server_error_rate": 0.02, "second_check_request": "merge"},
+            "faults": {"throttle_rate": 0.1, "server_error_rate": 0.02},
+            "fidelity": {"second_check_request": "merge"},
         }
     )
     assert report["verdicts"]["no_verdict"] == 0 and report["actions"]["conflicting"] == 0
     assert report["checks"]["started_while_active"] == 0
-    assert all(d["verdict"] in ("passed", "passed_after_reboot") for d in report["node_details"])
+    # Every transient fault is cured; a reboot whose answer was lost to a 5xx may never have happened (then
+    # the re-check fails and the ladder replaces, within the budget, or holds the node for the next window).
+    assert all(d["verdict"] in ("passed", "passed_after_reboot", "replaced", "held") for d in report["node_details"])

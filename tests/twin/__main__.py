@@ -177,6 +177,12 @@ def tables(report: dict, out: TextIO) -> None:
     print(f"\nfinished after {hm(report['virtual_s'])} virtual ({report['wall_s']:.1f} s wall)", file=out)
     print(f"verdicts: {_kv(report['verdicts'])}", file=out)
     print(f"actions:  {_kv(report['actions'])}", file=out)
+    print(
+        f"against the ground truth: false_pass={report['false_pass']} (passed a faulty instance), "
+        f"untested_pass={report['untested_pass']} (passed, never tested), "
+        f"false_fail={report['false_fail']} (acted on or failed a healthy instance)",
+        file=out,
+    )
     print(f"api calls: {_kv(report['api_calls'])}", file=out)
     sf = report["step_functions"]
     print(f"step functions: {sf['executions']} executions, {sf['state_transitions']} state transitions", file=out)

@@ -22,6 +22,7 @@ from tests.twin.scenario import (
     Incident,
     LambdaCrash,
     LeaseExpiry,
+    MoveNodes,
     RedeployMidRound,
 )
 
@@ -37,9 +38,12 @@ class Armed:
     fired_at_s: float | None = None  # virtual seconds from the start
     detail: dict[str, Any] = field(default_factory=dict)  # what it did (nodes, round...)
     crash: CrashPlan | None = None  # lambda-crash: its plan, for the crash times
+    late: Callable[[], dict[str, Any]] | None = None  # what only the end of the run knows (move-nodes: rechecked)
 
     def report(self, started_at: float) -> dict[str, Any]:
         out = {"kind": self.spec.kind, "fired": self.fired_at_s is not None, "at_s": self.fired_at_s, **self.detail}
+        if self.late is not None and self.fired_at_s is not None:
+            out.update(self.late())
         if self.crash is not None:
             out["crashes"] = [{"at_s": round(t - started_at, 1), "writes": w} for t, w in self.crash.crashes]
         return out
@@ -147,8 +151,13 @@ def _foreign_check(twin: Twin, spec: ForeignCheck, armed: Armed) -> Plan:
         """Running nodes of the group, those the controller already passed first (an operator re-checking
         them), so that the controller's own next request meets the foreign check rather than joining it."""
         c = twin.cluster_model
+        in_check = c.check.pending if c.check is not None else set()
         running = sorted(
-            (n for n in c.nodes.values() if n.group == spec.group and n.status == "Running" and not n.in_flight),
+            (
+                n
+                for n in c.nodes.values()
+                if n.group == spec.group and n.status == "Running" and not n.in_flight and n.logical_id not in in_check
+            ),
             key=lambda n: n.seq,
         )
         passed = {k for k, r in twin.records(c.name).items() if r.state.value == "passed"}
@@ -156,13 +165,59 @@ def _foreign_check(twin: Twin, spec: ForeignCheck, armed: Armed) -> Plan:
 
     def condition() -> bool:
         c = twin.cluster_model
+        if spec.during == "ours":  # the controller's check runs, with members in it
+            return bool(_in_check(twin)) and bool(candidates())
         return c.check is None and c.status == "InService" and bool(candidates())
 
     def act() -> None:
         chosen = [n.logical_id for n in candidates()[: spec.nodes]]
+        if spec.during == "ours":
+            armed.detail["ours"] = [n.logical_id for n in _in_check(twin)]
         armed.detail["nodes"] = chosen
-        twin.sim.start_foreign_check(twin.cluster_model.name, spec.group, chosen)
+        armed.detail["outcome"] = twin.sim.start_foreign_check(twin.cluster_model.name, spec.group, chosen)
 
+    return condition, act
+
+
+def _move_nodes(twin: Twin, spec: MoveNodes, armed: Armed) -> Plan:
+    def candidates() -> list[Node]:
+        """Running nodes of from_group outside any check and any action, those the controller passed first (a
+        passed node moved into another group is the one the controller must not take for checked)."""
+        c = twin.cluster_model
+        in_check = c.check.pending if c.check is not None else set()
+        running = sorted(
+            (
+                n
+                for n in c.nodes.values()
+                if n.group == spec.from_group
+                and n.status == "Running"
+                and not n.in_flight
+                and n.logical_id not in in_check
+            ),
+            key=lambda n: n.seq,
+        )
+        passed = {k for k, r in twin.records(c.name).items() if r.state.value == "passed"}
+        return sorted(running, key=lambda n: n.logical_id not in passed)
+
+    def condition() -> bool:
+        return twin.cluster_model.status == "InService" and len(candidates()) >= spec.nodes
+
+    moved: dict[str, str] = {}  # logical id -> its instance id when moved
+
+    def act() -> None:
+        chosen = candidates()[: spec.nodes]
+        moved.update({n.logical_id: n.instance_id for n in chosen})
+        armed.detail["nodes"] = [n.logical_id for n in chosen]
+        armed.detail["from_group"], armed.detail["to_group"] = spec.from_group, spec.to_group
+        twin.sim.move_nodes(twin.cluster_model.name, [n.logical_id for n in chosen], spec.to_group)
+
+    def rechecked() -> dict[str, Any]:
+        """Moved nodes with a check outcome (on-demand or on-start) on their instance after the move."""
+        at = twin.started_at + (armed.fired_at_s or 0.0)
+        ok = [lid for lid, iid in moved.items() if any(t > at for t in twin.sim.tested.get(iid, ()))]
+        return {"rechecked": len(ok), "not_rechecked": sorted(set(moved) - set(ok))}
+
+    armed.late = rechecked
     return condition, act
 
 
@@ -173,4 +228,5 @@ _KINDS: dict[type, Callable[[Twin, Any, Armed], Plan]] = {
     RedeployMidRound: _redeploy,
     LeaseExpiry: _lease_expiry,
     ForeignCheck: _foreign_check,
+    MoveNodes: _move_nodes,
 }

@@ -20,6 +20,18 @@ invoking the Task Lambdas) and `EventBridge` (a rule delivering to Intake or Rec
 permission); under each, IAM action -> authorizations evaluated, denied ones included. `denied` counts the
 refused ones, `denials` lists them (`<principal> <action> on <resource>: <count>`), `unmapped` the requests
 the check could not map to IAM (each one also failed its call).
+
+Version 4 added the controller's verdicts judged against the ground truth of each instance over time
+(`SimulatedHyperPod.truth_history`; "fail" while its next deep health check would fail):
+- `false_pass`: nodes whose record ends `passed` while the truth of the record's `verdict_instance_id` (else
+  `instance_id`) at `verdict_at` was "fail";
+- `untested_pass`: nodes that end `passed` on an instance with no check outcome (pass or fail, on-demand or
+  on-start) at or before `verdict_at`: passed without ever being tested (a skipped, superseded or queued check);
+- `false_fail`: controller reboots/replacements of an instance whose truth was "pass" at the time, plus nodes
+  that end failed, quarantined or held with an instance whose truth was "pass" at `verdict_at`;
+- `by_group`: {group: {"false_pass", "untested_pass", "false_fail"}} (the node's group at the end of the run);
+- per node in `node_details`: `false_pass`, `untested_pass`, `false_fail` (booleans) and `evidence` (the
+  record's, for the invariants' messages).
 """
 
 from __future__ import annotations
@@ -34,7 +46,7 @@ from deephealth.domain.policy import Budget, parse_config
 from tests.harness.engine import TABLE_NAME
 from tests.twin.simulation import CONTROLLER_GROUP, Twin
 
-REPORT_VERSION = 3
+REPORT_VERSION = 4
 INCONCLUSIVE_ALERT = "node-inconclusive"  # the notification an operator gets for a node left inconclusive
 VERDICT_CATEGORIES = (
     "passed", "passed_after_reboot", "replaced", "quarantined", "failed", "inconclusive", "gone", "held",
@@ -80,6 +92,8 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
         actions_by_node.setdefault(lid, []).append((kind, actor))
 
     nodes = [n for n in twin.cluster_model.nodes.values() if n.group != CONTROLLER_GROUP]
+    judged = judge(twin, records)
+    false_fails: dict[str, int] = {}
     details: list[dict[str, Any]] = []
     latencies: list[float] = []
     verdicts: Counter[str] = Counter()
@@ -111,8 +125,19 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
                     for kind, actor in actions_by_node.get(n.logical_id, [])
                 ],
                 "instance_ids": list(n.instance_ids),
+                **{k: v for k, v in judged.get(n.logical_id, NOT_JUDGED).items() if k != "false_fail_count"},
+                "evidence": list(record.evidence) if record else [],
             }
         )
+        false_fails[n.logical_id] = judged.get(n.logical_id, {}).get("false_fail_count", 0)
+    by_group: dict[str, dict[str, int]] = {
+        g: {"false_pass": 0, "untested_pass": 0, "false_fail": 0}
+        for g in [*(g.name for g in s.groups), *sorted({d["group"] for d in details})]
+    }
+    for d in details:
+        for key in ("false_pass", "untested_pass"):
+            by_group[d["group"]][key] += int(d[key])
+        by_group[d["group"]]["false_fail"] += false_fails[d["logical_id"]]
 
     executions = twin.executions()
     transitions = sum(
@@ -135,6 +160,10 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
         "scenario": s.name,
         "seed": s.seed,
         "nodes": len(nodes),
+        "false_pass": sum(g["false_pass"] for g in by_group.values()),
+        "untested_pass": sum(g["untested_pass"] for g in by_group.values()),
+        "false_fail": sum(g["false_fail"] for g in by_group.values()),
+        "by_group": by_group,
         "verdicts": {k: verdicts.get(k, 0) for k in VERDICT_CATEGORIES},
         "actions": {
             "reboot": controller_actions.get(Action.REBOOT.value, 0),
@@ -178,6 +207,39 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
         "wall_s": round(wall_s, 2),
         "node_details": details,
     }
+
+
+FAIL_STATES = (NodeState.FAILED, NodeState.QUARANTINED)
+NOT_JUDGED = {"false_pass": False, "untested_pass": False, "false_fail": False, "false_actions": 0}
+
+
+def judge(twin: Twin, records: dict[str, NodeRecord]) -> dict[str, dict[str, Any]]:
+    """Per logical id: false_pass, untested_pass and false_fail (booleans), and false_actions (controller
+    reboots/replacements of an instance whose truth was "pass" at the time; any makes false_fail true)."""
+    sim = twin.sim
+    verdict_false_fail: dict[str, bool] = {}
+    out: dict[str, dict[str, Any]] = {}
+    for lid, r in records.items():
+        iid = r.verdict_instance_id or r.instance_id
+        at = r.verdict_at
+        truth = sim.truth_at(iid, at) if iid and at is not None else None
+        passed = r.state == NodeState.PASSED
+        failed = r.state in FAIL_STATES or (r.state == NodeState.RECOVERY_DUE and bool(r.held_by))
+        verdict_false_fail[lid] = failed and truth == "pass"
+        out[lid] = {
+            "false_pass": passed and truth == "fail",
+            "untested_pass": passed and bool(iid) and at is not None and not sim.tested_by(iid or "", at),
+            "false_fail": verdict_false_fail[lid],
+            "false_actions": 0,
+        }
+    for t, _, lid, actor, iid in sim.action_instances:
+        if actor == "controller" and iid and sim.truth_at(iid, t) == "pass":
+            entry = out.setdefault(lid, dict(NOT_JUDGED))
+            entry["false_actions"] += 1
+            entry["false_fail"] = True
+    for lid, entry in out.items():  # the figure: wrong final verdicts plus wrong actions
+        entry["false_fail_count"] = int(verdict_false_fail.get(lid, False)) + entry["false_actions"]
+    return out
 
 
 def peak_in_window(times: list[float], window_s: float) -> int:

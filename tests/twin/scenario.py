@@ -4,6 +4,9 @@
 `cdk.json`; the result is validated by the controller's own config model. Any unknown key or bad value is a
 `ScenarioError` naming the key. `faults` are drawn per call or event from the seed; `incidents` are single
 events fired at the first moment after `after_s` when their condition holds (see `tests/twin/incidents.py`).
+`fidelity` is the reading the fake plays of each behaviour AWS does not document (`tests/fakes/readings.py`;
+the defaults are the fake's historical choices); `workload` puts jobs on nodes (a node busy with a job when a
+check is requested is waited for up to 10 min, then skipped with no result).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from deephealth.domain.policy import GROUP_NAME_PATTERN, CheckType, ConfigError, parse_config
 from deephealth.domain.rounds import RoundStep
+from tests.fakes.readings import Readings
 
 Rate = Annotated[float, Field(ge=0.0, le=1.0)]
 Seconds = Annotated[float, Field(ge=0.0)]
@@ -44,15 +48,26 @@ class ClusterScenario(_Strict):
     node_recovery: Literal["None", "Automatic"] = "Automatic"
 
 
+class FaultyNodes(_Strict):
+    """Exactly this many of the scenario's arrivals are faulty (which ones: a seeded shuffle)."""
+
+    transient: Annotated[int, Field(ge=0, le=20_000)] = 0
+    persistent: Annotated[int, Field(ge=0, le=20_000)] = 0
+
+
 class Hardware(_Strict):
     transient_fault_rate: Rate = 0.0  # fails a check; a reboot cures it
     persistent_fault_rate: Rate = 0.0  # fails a check; only new hardware cures it
     replacement_fault_rate: Rate = 0.0  # a replacement instance is itself faulty
+    # Exact counts instead of rates: the scenario's arrivals get these truths by a seeded shuffle.
+    faulty_nodes: FaultyNodes | None = None
 
     @model_validator(mode="after")
     def _rates_add_up(self) -> Hardware:
         if self.transient_fault_rate + self.persistent_fault_rate > 1.0:
             raise ValueError("transient_fault_rate + persistent_fault_rate must not exceed 1")
+        if self.faulty_nodes is not None and (self.transient_fault_rate or self.persistent_fault_rate):
+            raise ValueError("faulty_nodes replaces transient_fault_rate and persistent_fault_rate: set one")
         return self
 
 
@@ -63,7 +78,6 @@ class Faults(_Strict):
     # (DynamoDB: ProvisionedThroughputExceededException) or HTTP 500. botocore retries them as in AWS.
     throttle_rate: Rate = 0.0
     server_error_rate: Rate = 0.0
-    second_check_request: Literal["reject", "merge"] = "reject"
     delayed_event_rate: Rate = 0.0  # an event reaches Intake late, so events arrive out of order
     max_event_delay_s: Annotated[float, Field(gt=0, le=86400)] = 900.0  # a late event's delay: uniform up to this
 
@@ -72,6 +86,21 @@ class Faults(_Strict):
         if self.throttle_rate + self.server_error_rate > 1.0:
             raise ValueError("throttle_rate + server_error_rate must not exceed 1")
         return self
+
+
+class Workload(_Strict):
+    """Jobs on nodes: when a node becomes ready it starts a job with probability `busy_rate`, of a length drawn
+    from `job_s`. A check requested while the job runs waits up to 10 min for it, then skips the node."""
+
+    busy_rate: Rate = 0.0
+    job_s: tuple[Seconds, Seconds] = (3600.0, 3600.0)
+
+    @field_validator("job_s")
+    @classmethod
+    def _ordered(cls, value: tuple[float, float]) -> tuple[float, float]:
+        if value[0] > value[1]:
+            raise ValueError(f"the range [{value[0]}, {value[1]}] is reversed")
+        return value
 
 
 class _Incident(_Strict):
@@ -118,10 +147,29 @@ class ForeignCheck(_Incident):
     kind: Literal["foreign-check"]
     group: Annotated[str, Field(pattern=GROUP_NAME_PATTERN)]
     nodes: Annotated[int, Field(ge=1, le=500)] = 1
+    # idle: while no check is active; ours: while the controller's check runs (what it meets depends on the
+    # `second_check_request` reading: refused, merged into ours, or superseding ours)
+    during: Literal["idle", "ours"] = "idle"
+
+
+class MoveNodes(_Incident):
+    """MoveClusterNodes: `nodes` Running nodes of `from_group` (not in a check) move to `to_group`, keeping their
+    instance and logical ids (DetachInProgress -> AttachInProgress -> Running in the new group)."""
+
+    kind: Literal["move-nodes"]
+    from_group: Annotated[str, Field(pattern=GROUP_NAME_PATTERN)]
+    to_group: Annotated[str, Field(pattern=GROUP_NAME_PATTERN)]
+    nodes: Annotated[int, Field(ge=1, le=500)] = 1
 
 
 Incident = Annotated[
-    HyperPodReplacesMidCheck | ClusterDeletedMidRound | LambdaCrash | RedeployMidRound | LeaseExpiry | ForeignCheck,
+    HyperPodReplacesMidCheck
+    | ClusterDeletedMidRound
+    | LambdaCrash
+    | RedeployMidRound
+    | LeaseExpiry
+    | ForeignCheck
+    | MoveNodes,
     Field(discriminator="kind"),
 ]
 
@@ -140,6 +188,8 @@ class Scenario(_Strict):
         "MultiNodeTrainingValidation": (600.0, 1200.0),
     }
     faults: Faults = Faults()
+    fidelity: Readings = Readings()
+    workload: Workload = Workload()
     incidents: tuple[Incident, ...] = ()
     policy: dict[str, Any] = {}
 
@@ -166,10 +216,24 @@ class Scenario(_Strict):
         for i, incident in enumerate(self.incidents):
             if isinstance(incident, ForeignCheck) and incident.group not in names:
                 raise ValueError(f"incidents.{i}.group: no group {incident.group!r} in groups")
+            if isinstance(incident, MoveNodes):
+                for key in ("from_group", "to_group"):
+                    if getattr(incident, key) not in names:
+                        raise ValueError(f"incidents.{i}.{key}: no group {getattr(incident, key)!r} in groups")
+                if incident.from_group == incident.to_group:
+                    raise ValueError(f"incidents.{i}.to_group: the same group as from_group")
+                types = {g.name: g.instance_type for g in self.groups}
+                if types.get(incident.from_group) != types.get(incident.to_group):  # NodeInstanceTypeMismatch
+                    raise ValueError(f"incidents.{i}.to_group: another instance type than from_group")
             if isinstance(incident, LambdaCrash):
                 if incident.function in crashing:  # one plan per function: use `times` for repeated crashes
                     raise ValueError(f"incidents.{i}.function: a second lambda-crash of {incident.function}")
                 crashing.add(incident.function)
+        faulty = self.hardware.faulty_nodes
+        if faulty is not None and faulty.transient + faulty.persistent > self.nodes:
+            raise ValueError(
+                f"hardware.faulty_nodes: {faulty.transient + faulty.persistent} faulty of {self.nodes} nodes"
+            )
         return self
 
     @property

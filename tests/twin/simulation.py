@@ -1,10 +1,11 @@
 """The simulated HyperPod cluster of a scenario, and a run of the real controller against it.
 
 `SimulatedHyperPod` extends the test fake with what a scenario draws from its seed (per-node ground truth,
-check durations from ranges) and with what the report needs to judge the controller (check outcomes, and
-actions that conflict or repeat without new evidence). `Twin` extends the harness with the scenario's
-arrivals, its faults (duplicate, dropped and late events; throttling and 5xx on every AWS call a Lambda
-makes) and its incidents (`tests/twin/incidents.py`).
+check durations from ranges, jobs on nodes) and with what the report needs to judge the controller (check
+outcomes, the ground truth of every instance over time, and actions that conflict or repeat without new
+evidence). It plays the scenario's `fidelity` readings (`tests/fakes/readings.py`). `Twin` extends the
+harness with the scenario's arrivals, its faults (duplicate, dropped and late events; throttling and 5xx on
+every AWS call a Lambda makes) and its incidents (`tests/twin/incidents.py`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 from unittest import mock
 
-from tests.fakes.hyperpod import Clock, Cluster, FakeHyperPod, GroupSpec, HealthCheck, Node
+from tests.fakes.hyperpod import ApiError, Clock, Cluster, FakeHyperPod, GroupSpec, HealthCheck, Node
 from tests.harness import moto_patches
 from tests.harness.engine import Harness
 from tests.harness.template import ControllerTemplate
@@ -39,7 +40,20 @@ class SimulatedHyperPod(FakeHyperPod):
         # Independent streams, so that (say) an extra API call never changes which node is faulty.
         self._truth = random.Random(scenario.seed + 1)
         self._durations = random.Random(scenario.seed + 4)
-        self.second_check_request = scenario.faults.second_check_request
+        self._workload = random.Random(scenario.seed + 7)
+        self.readings = scenario.fidelity
+        faulty = scenario.hardware.faulty_nodes
+        self._exact: list[Truth] = []  # faulty_nodes: the truth of each arrival in order (popped)
+        if faulty is not None:
+            healthy = scenario.nodes - faulty.transient - faulty.persistent
+            counts: list[tuple[Truth, int]] = [
+                ("transient", faulty.transient),
+                ("persistent", faulty.persistent),
+                ("healthy", healthy),
+            ]
+            self._exact = [truth for truth, k in counts for _ in range(k)]
+            random.Random(scenario.seed + 8).shuffle(self._exact)
+            self._exact.reverse()
         self.truth: dict[str, Truth] = {}
         self.ready_at: dict[str, float] = {}  # first time each logical node finished its lifecycle script
         self.check_durations: list[float] = []
@@ -48,7 +62,15 @@ class SimulatedHyperPod(FakeHyperPod):
         self.check_outcomes: list[tuple[float, str, str]] = []  # (time, logical id, pass|fail|skip|replaced)
         # Controller requests on a node it already acted on, with no check outcome for the node since.
         self.duplicate: list[tuple[float, str, str]] = []  # (time, action, logical id)
-        self._acted_on: set[str] = set()  # logical ids the controller acted on since their last check outcome
+        # Logical ids acted on (by the controller or by HyperPod) since their last check outcome: (when, actor).
+        self._acted_on: dict[str, tuple[float, str]] = {}
+        # Ground truth per instance id over time: (time, "pass" | "fail"), appended when it changes.
+        self.truth_history: dict[str, list[tuple[float, str]]] = {}
+        # Check outcomes (pass or fail: the hardware was tested) per instance id: their times.
+        self.tested: dict[str, list[float]] = {}
+        # Every reboot/replace with the instance it was asked for: (time, kind, logical id, actor, instance id).
+        self.action_instances: list[tuple[float, str, str, str, str]] = []
+        self.busy: list[tuple[float, str, float]] = []  # workload: (start, logical id, until)
         self.foreign_checks: list[HealthCheck] = []  # started by someone else (the console), not the controller
         self.started_while_foreign_active = 0  # controller requests that met a foreign check
 
@@ -60,6 +82,10 @@ class SimulatedHyperPod(FakeHyperPod):
             return None  # a deleted cluster gets no more capacity
         lid = self.add_node(self.scenario.cluster.name, group, ready_after_s=self._group(group).lifecycle_s)
         u = self._truth.random()
+        if self._exact:
+            exact = self._exact.pop()
+            u = {"transient": 0.25, "persistent": 0.75, "healthy": 2.0}[exact]
+            hw = hw.model_copy(update={"transient_fault_rate": 0.5, "persistent_fault_rate": 0.5})
         if u < hw.transient_fault_rate:
             self.truth[lid] = "transient"
             self.set_truth(self.scenario.cluster.name, lid, "fail", cured_by="reboot")
@@ -71,6 +97,44 @@ class SimulatedHyperPod(FakeHyperPod):
         if self._truth.random() < hw.replacement_fault_rate:
             self.set_truth_replacement(self.scenario.cluster.name, lid, "fail", cured_by="replace")
         return lid
+
+    def _maybe_busy(self, c: Cluster, n: Node) -> None:
+        """The workload: a node that just became ready (Running) starts a job with probability busy_rate."""
+        w = self.scenario.workload
+        if not w.busy_rate or n.status != "Running" or c.name != self.scenario.cluster.name:
+            return
+        if self._workload.random() < w.busy_rate:
+            until = self._t + self._workload.uniform(*w.job_s)
+            self.busy.append((self._t, n.logical_id, until))
+            # What set_busy does, without its catch-up: this runs inside a transition of the fake.
+            n.busy_until = until
+
+    # -- ground truth ------------------------------------------------------------------------------
+    def _truth_changed(self, n: Node) -> None:
+        """The fake's hook: `n.truth` or `n.instance_id` just changed."""
+        super()._truth_changed(n)
+        if not n.instance_id:
+            return  # no instance yet: recorded when EC2 hands one out
+        value = "fail" if n.truth == "fail" else "pass"
+        history = self.truth_history.setdefault(n.instance_id, [])
+        if not history or history[-1][1] != value:
+            history.append((self._t, value))
+
+    def truth_at(self, instance_id: str, t: float) -> str | None:
+        """The ground truth of the instance at time t ("pass" | "fail"), None for an instance never seen."""
+        history = self.truth_history.get(instance_id)
+        if not history:
+            return None
+        value = history[0][1]
+        for at, v in history:
+            if at > t:
+                break
+            value = v
+        return value
+
+    def tested_by(self, instance_id: str, t: float) -> bool:
+        """Whether the instance had a check outcome (pass or fail) at or before t."""
+        return any(at <= t for at in self.tested.get(instance_id, ()))
 
     def _group(self, name: str):
         return next(g for g in self.scenario.groups if g.name == name)
@@ -87,16 +151,27 @@ class SimulatedHyperPod(FakeHyperPod):
     def _lcs_done(self, c: Cluster, n: Node) -> None:
         super()._lcs_done(c, n)
         self.ready_at.setdefault(n.logical_id, self._t)
+        self._maybe_busy(c, n)
 
     def _try_action(self, c: Cluster, n: Node | None, action: str, ref: str) -> dict[str, str] | None:
         if n is not None and n.in_flight:
             self.conflicting.append((self._t, action, n.logical_id))
         if n is not None and n.logical_id in self._acted_on:
             self.duplicate.append((self._t, action, n.logical_id))
-        refused = super()._try_action(c, n, action, ref)
-        if n is not None and refused is None:
-            self._acted_on.add(n.logical_id)
-        return refused
+        return super()._try_action(c, n, action, ref)
+
+    def _reboot(self, c: Cluster, n: Node, actor: str, duration: float | None = None) -> None:
+        self._acted(n, "reboot", actor)
+        super()._reboot(c, n, actor, duration)
+
+    def _replace(self, c: Cluster, n: Node, actor: str) -> None:
+        self._acted(n, "replace", actor)
+        super()._replace(c, n, actor)
+
+    def _acted(self, n: Node, kind: str, actor: str) -> None:
+        """A reboot or replacement begins (ours or HyperPod's own): later ones need a check outcome first."""
+        self._acted_on[n.logical_id] = (self._t, actor)
+        self.action_instances.append((self._t, kind, n.logical_id, actor, n.instance_id))
 
     def _check_begins(self, c: Cluster, check: HealthCheck, n: Node, checks: set[str]) -> None:
         drawn = len(self.check_durations)
@@ -111,22 +186,42 @@ class SimulatedHyperPod(FakeHyperPod):
     def _on_start_check_done(self, c: Cluster, n: Node) -> None:
         self._outcome(n, "fail" if n.truth == "fail" else "pass")
         super()._on_start_check_done(c, n)
+        self._maybe_busy(c, n)
 
     def _outcome(self, n: Node, outcome: str) -> None:
         self.check_outcomes.append((self._t, n.logical_id, outcome))
-        if outcome in EVIDENCE:  # "replaced" mid-check says nothing about the hardware that comes next
-            self._acted_on.discard(n.logical_id)
+        if outcome in ("pass", "fail") and n.instance_id:
+            self.tested.setdefault(n.instance_id, []).append(self._t)
+        acted = self._acted_on.get(n.logical_id)
+        # "replaced" mid-check says nothing about the hardware that comes next. HyperPod's own recovery in the
+        # same instant as the outcome (Automatic) acts on that outcome: it stays, so that ours after it repeats it.
+        if outcome in EVIDENCE and acted is not None and not (acted[1] != "controller" and acted[0] >= self._t):
+            del self._acted_on[n.logical_id]
 
     # -- someone else's check --------------------------------------------------------------------
-    def start_foreign_check(self, cluster: str, group: str, logical_ids: list[str]) -> None:
-        """An operator's StartClusterHealthCheck from the console (not counted as a controller call)."""
+    def start_foreign_check(self, cluster: str, group: str, logical_ids: list[str]) -> str:
+        """An operator's StartClusterHealthCheck from the console (not counted as a controller call): "started",
+        "merged" (into the active check), or the error code it got."""
         self._catch_up()
         c = self._clusters[cluster]
         ids = [c.nodes[lid].instance_id for lid in logical_ids]
         config = {"InstanceGroupName": group, "InstanceIds": ids, "DeepHealthChecks": ["InstanceStress"]}
-        self._op_start_cluster_health_check({"ClusterName": cluster, "DeepHealthCheckConfigurations": [config]}, True)
-        if c.check is not None:
-            self.foreign_checks.append(c.check)
+        before, counted, rejected = c.check, self.started_while_active, len(self.rejected_while_active)
+        try:
+            self._op_start_cluster_health_check(
+                {"ClusterName": cluster, "DeepHealthCheckConfigurations": [config]}, True
+            )
+        except ApiError as err:
+            return err.code
+        finally:  # the operator's request meeting ours is not the controller's doing
+            self.started_while_active = counted
+            del self.rejected_while_active[rejected:]
+        if c.check is None:
+            return "ended"
+        if c.check is before:
+            return "merged"
+        self.foreign_checks.append(c.check)
+        return "started"
 
     def _op_start_cluster_health_check(self, p: dict[str, Any], visible: bool) -> dict:
         c = self._clusters.get(p.get("ClusterName", ""))
