@@ -149,7 +149,8 @@ def _lease_expiry(twin: Twin, spec: LeaseExpiry, armed: Armed) -> Plan:
 def _foreign_check(twin: Twin, spec: ForeignCheck, armed: Armed) -> Plan:
     def candidates() -> list[Node]:
         """Running nodes of the group, those the controller already passed first (an operator re-checking
-        them), so that the controller's own next request meets the foreign check rather than joining it."""
+        them), so that the controller's nodes waiting for a check must wait for the foreign operation to end
+        (it asks ListClusterOperations first) rather than join it."""
         c = twin.cluster_model
         in_check = c.check.pending if c.check is not None else set()
         running = sorted(
