@@ -252,8 +252,8 @@ def run_ours(
     wall_budget_s: float | None = None,
 ) -> Side:
     from tests.twin.report import build_report
+    from tests.twin.report import progress as group_progress
     from tests.twin.simulation import CONTROLLER_GROUP, Twin
-    from tests.twin.simulation import progress as group_progress
 
     with Twin(scenario, template, config) as twin:
         calls_by_function = _count_calls_by_function(twin.sim)

@@ -58,6 +58,8 @@ def test_the_twin_runs_the_synthesized_definition_byte_for_byte(controller_templ
         ({"workload": {"busy_rate": 2}}, "workload.busy_rate"),
         ({"workload": {"job_s": [600, 60]}}, "workload.job_s"),
         ({"workload": {"jobs": 3}}, "workload.jobs"),
+        ({"workload": {"utilisation": 1.5}}, "workload.utilisation"),
+        ({"workload": {"utilisation": 0.5, "job_s": [0, 0]}}, "workload"),
         ({"hardware": {"faulty_nodes": {"persistent": 4}}}, "hardware.faulty_nodes"),
         ({"hardware": {"faulty_nodes": {"broken": 1}}}, "hardware.faulty_nodes.broken"),
         (
@@ -98,7 +100,7 @@ def test_simulate_json_prints_one_report_and_nothing_else(tmp_path):
         cwd=tmp_path,
     )
     report = json.loads(done.stdout)  # the whole of stdout is one JSON document
-    assert report["version"] == 4 and report["scenario"] == "tiny" and report["nodes"] == 3
+    assert report["version"] == 5 and report["scenario"] == "tiny" and report["nodes"] == 3
     assert set(report) >= {
         "verdicts",
         "actions",
@@ -113,6 +115,7 @@ def test_simulate_json_prints_one_report_and_nothing_else(tmp_path):
         "untested_pass",
         "false_fail",
         "by_group",
+        "exposure",
     }
     assert report["false_pass"] == report["untested_pass"] == report["false_fail"] == 0
     assert report["by_group"] == {"p5": {"false_pass": 0, "untested_pass": 0, "false_fail": 0}}
@@ -121,7 +124,11 @@ def test_simulate_json_prints_one_report_and_nothing_else(tmp_path):
     assert {"logical_id", "group", "truth", "ready_at_s", "verdict", "verdict_at_s", "actions", "instance_ids"} <= set(
         report["node_details"][0]
     )
-    assert {"false_pass", "untested_pass", "false_fail", "evidence"} <= set(report["node_details"][0])
+    assert {"false_pass", "untested_pass", "false_fail", "evidence", "exposure_s", "jobs"} <= set(
+        report["node_details"][0]
+    )
+    exposure = report["exposure"]
+    assert exposure["jobs"] == exposure["skipped_by_job"] == 0 and exposure["schedulable_before_check_s"]["p95"] > 0
 
 
 def test_a_fidelity_block_reaches_the_fake_and_exact_fault_counts_hold(tmp_path):

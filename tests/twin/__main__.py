@@ -103,8 +103,8 @@ def _run(
 ) -> dict:
     from tests.harness.synth import synthesized_template
     from tests.harness.template import ControllerTemplate
-    from tests.twin.report import build_report
-    from tests.twin.simulation import Twin, progress
+    from tests.twin.report import build_report, progress
+    from tests.twin.simulation import Twin
 
     template = ControllerTemplate(synthesized_template())
     with Twin(scenario, template, config) as twin:
@@ -190,6 +190,13 @@ def tables(report: dict, out: TextIO) -> None:
     print(
         f"ready -> verdict: p50 {hm(lat['ready_to_verdict']['p50'])}, p95 {hm(lat['ready_to_verdict']['p95'])}, "
         f"max {hm(lat['ready_to_verdict']['max'])} (check itself: p50 {hm(lat['check']['p50'])})",
+        file=out,
+    )
+    ex = report["exposure"]
+    print(
+        f"exposure: schedulable before its first check p95 {hm(ex['schedulable_before_check_s']['p95'])}; "
+        f"jobs on unvalidated nodes {ex['jobs_on_unvalidated']} of {ex['jobs']}, "
+        f"checks skipped by a job {ex['skipped_by_job']}",
         file=out,
     )
 

@@ -32,12 +32,25 @@ Version 4 added the controller's verdicts judged against the ground truth of eac
 - `by_group`: {group: {"false_pass", "untested_pass", "false_fail"}} (the node's group at the end of the run);
 - per node in `node_details`: `false_pass`, `untested_pass`, `false_fail` (booleans) and `evidence` (the
   record's, for the invariants' messages).
+
+Version 5 added `exposure`, what the scenario's `workload` ran on hardware nobody had validated yet (a node is
+schedulable while it is `Running` in the fake and not drained in the twin's simulated Slurm):
+- `schedulable_before_check_s` {p50, p95, max}: per node that became ready, the seconds it was schedulable before
+  its first check (on-demand or on-start) began; a node that never began one counts up to its verdict, else to
+  the end of the run;
+- `jobs`: jobs started; `job_hours`: their hours (each up to its end or the end of the run);
+- `jobs_on_unvalidated`: jobs started on an instance before its first "pass" check outcome;
+- `job_hours_on_failed`: job-hours run on instances while their ground truth was "fail";
+- `skipped_by_job`: check outcomes "skip" because the node's job outlasted HyperPod's 10 min wait;
+- per node in `node_details`: `exposure_s` (as above; null for a node never ready) and `jobs` (started on it).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 from deephealth.adapters.node_table import NodeTable
@@ -46,7 +59,7 @@ from deephealth.domain.policy import Budget, parse_config
 from tests.harness.engine import TABLE_NAME
 from tests.twin.simulation import CONTROLLER_GROUP, Twin
 
-REPORT_VERSION = 4
+REPORT_VERSION = 5
 INCONCLUSIVE_ALERT = "node-inconclusive"  # the notification an operator gets for a node left inconclusive
 VERDICT_CATEGORIES = (
     "passed", "passed_after_reboot", "replaced", "quarantined", "failed", "inconclusive", "gone", "held",
@@ -97,6 +110,8 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
     details: list[dict[str, Any]] = []
     latencies: list[float] = []
     verdicts: Counter[str] = Counter()
+    exposures: list[float] = []
+    jobs_by_node = Counter(j.logical_id for j in sim.jobs)
     for n in sorted(nodes, key=lambda n: (n.group, n.created, n.logical_id)):
         record = records.get(n.logical_id)
         kinds = [kind for kind, _ in actions_by_node.get(n.logical_id, [])]
@@ -111,6 +126,9 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
         verdict_at = record.verdict_at if record and category != "no_verdict" else None
         if ready is not None and verdict_at is not None:
             latencies.append(verdict_at - ready)
+        exposure_s = None if ready is None else schedulable_before_check(twin, n.logical_id, verdict_at)
+        if exposure_s is not None:
+            exposures.append(exposure_s)
         details.append(
             {
                 "logical_id": n.logical_id,
@@ -125,6 +143,8 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
                     for kind, actor in actions_by_node.get(n.logical_id, [])
                 ],
                 "instance_ids": list(n.instance_ids),
+                "exposure_s": None if exposure_s is None else round(exposure_s, 1),
+                "jobs": jobs_by_node.get(n.logical_id, 0),
                 **{k: v for k, v in judged.get(n.logical_id, NOT_JUDGED).items() if k != "false_fail_count"},
                 "evidence": list(record.evidence) if record else [],
             }
@@ -202,10 +222,51 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
         "inconclusive_without_alert": [k for k in inconclusive if k not in alerted],
         "safety": safety_report(twin, records, t0),
         "iam": twin.iam.report(),
+        "exposure": exposure_report(twin, exposures),
         "latency_s": {"ready_to_verdict": percentiles(latencies), "check": percentiles(sim.check_durations)},
         "virtual_s": round(twin.clock.now() - t0, 1),
         "wall_s": round(wall_s, 2),
         "node_details": details,
+    }
+
+
+def schedulable_before_check(twin: Twin, logical_id: str, verdict_at: float | None) -> float:
+    """Seconds the node was schedulable before its first check began (else before its verdict, else the end)."""
+    sim = twin.sim
+    cut = sim.first_check_at.get(logical_id)
+    if cut is None:
+        cut = verdict_at if verdict_at is not None else twin.clock.now()
+    return sum(max(0.0, min(end, cut) - start) for start, end in sim.schedulable.get(logical_id, ()))
+
+
+def failing_seconds(history: list[tuple[float, str]], start: float, end: float) -> float:
+    """Seconds within [start, end] the instance's ground truth (`truth_history`) was "fail"."""
+    total = 0.0
+    for i, (at, value) in enumerate(history):
+        if value == "fail":
+            until = history[i + 1][0] if i + 1 < len(history) else math.inf
+            total += max(0.0, min(end, until) - max(start, at))
+    return total
+
+
+def exposure_report(twin: Twin, exposures: list[float]) -> dict[str, Any]:
+    sim = twin.sim
+    now = twin.clock.now()
+    on_unvalidated = 0
+    job_s = on_failed_s = 0.0
+    for job in sim.jobs:
+        passed = sim.passed_at.get(job.instance_id)
+        on_unvalidated += passed is None or passed > job.start
+        end = min(job.end, now)
+        job_s += max(0.0, end - job.start)
+        on_failed_s += failing_seconds(sim.truth_history.get(job.instance_id, []), job.start, end)
+    return {
+        "schedulable_before_check_s": percentiles(exposures),
+        "jobs": len(sim.jobs),
+        "job_hours": round(job_s / 3600, 2),
+        "jobs_on_unvalidated": on_unvalidated,
+        "job_hours_on_failed": round(on_failed_s / 3600, 2),
+        "skipped_by_job": sim.skipped_by_job,
     }
 
 
@@ -292,3 +353,30 @@ def safety_report(twin: Twin, records: dict[str, NodeRecord], t0: float) -> dict
             },
         },
     }
+
+
+@dataclass
+class GroupProgress:
+    """One instance group as the operator sees it: arrivals (simulation truth) and controller states."""
+
+    arrived: int = 0
+    states: Counter = field(default_factory=Counter)  # NodeState value -> nodes
+
+    @property
+    def verdicted(self) -> int:
+        from deephealth.domain.nodes import FINAL_STATES
+
+        return sum(n for state, n in self.states.items() if state in FINAL_STATES)
+
+
+def progress(twin: Twin) -> dict[str, GroupProgress]:
+    """Per instance group: what arrived and where the controller has each node."""
+    cluster = twin.cluster_model  # still there after a deletion
+    out = {g.name: GroupProgress() for g in twin.scenario.groups}
+    for n in cluster.nodes.values():
+        if n.group in out and n.logical_id in twin.sim.ready_at:
+            out[n.group].arrived += 1
+    for r in twin.records(twin.scenario.cluster.name).values():
+        if r.group in out:
+            out[r.group].states[r.state.value] += 1
+    return out

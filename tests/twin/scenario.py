@@ -6,7 +6,8 @@
 events fired at the first moment after `after_s` when their condition holds (see `tests/twin/incidents.py`).
 `fidelity` is the reading the fake plays of each behaviour AWS does not document (`tests/fakes/readings.py`;
 the defaults are the fake's historical choices); `workload` puts jobs on nodes (a node busy with a job when a
-check is requested is waited for up to 10 min, then skipped with no result).
+check is requested is waited for up to 10 min, then skipped with no result): one per node at ready
+(`busy_rate`), or a steady arrival of jobs on every schedulable node (`utilisation`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from deephealth.domain.policy import GROUP_NAME_PATTERN, CheckType, ConfigError,
 from deephealth.domain.rounds import RoundStep
 from tests.fakes.readings import Readings
 
+CONTROLLER_GROUP = "controller"  # the Slurm controller group the twin adds to every cluster
 Rate = Annotated[float, Field(ge=0.0, le=1.0)]
 Seconds = Annotated[float, Field(ge=0.0)]
 
@@ -89,11 +91,20 @@ class Faults(_Strict):
 
 
 class Workload(_Strict):
-    """Jobs on nodes: when a node becomes ready it starts a job with probability `busy_rate`, of a length drawn
-    from `job_s`. A check requested while the job runs waits up to 10 min for it, then skips the node."""
+    """Jobs on nodes, of a length drawn from `job_s`. A check requested while a job runs waits up to 10 min for
+    it, then skips the node.
+
+    `busy_rate`: when a node becomes ready it starts one job with that probability (nothing else).
+    `utilisation` (0 = off): jobs keep arriving on every schedulable node (`Running` in the fake and not drained
+    by the twin), alternating a job with a seeded exponential idle gap of mean `mean(job_s) * (1 - u) / u`, so
+    that each node is busy about `u` of the time it is schedulable. A job never starts on a node that is not
+    `Running`, is drained, or is already claimed by the active check (requested, not yet begun); a job in
+    progress when its node leaves `Running` for a reboot, a replacement, a move or `Failure` ends then.
+    """
 
     busy_rate: Rate = 0.0
     job_s: tuple[Seconds, Seconds] = (3600.0, 3600.0)
+    utilisation: Rate = 0.0
 
     @field_validator("job_s")
     @classmethod
@@ -101,6 +112,12 @@ class Workload(_Strict):
         if value[0] > value[1]:
             raise ValueError(f"the range [{value[0]}, {value[1]}] is reversed")
         return value
+
+    @model_validator(mode="after")
+    def _jobs_take_time(self) -> Workload:
+        if self.utilisation and self.job_s[1] <= 0:
+            raise ValueError("utilisation needs jobs that take time: job_s must end above 0")
+        return self
 
 
 class _Incident(_Strict):
@@ -205,7 +222,7 @@ class Scenario(_Strict):
     @classmethod
     def _unique_groups(cls, groups: tuple[GroupScenario, ...]) -> tuple[GroupScenario, ...]:
         names = [g.name for g in groups]
-        if len(set(names)) != len(names) or "controller" in names:
+        if len(set(names)) != len(names) or CONTROLLER_GROUP in names:
             raise ValueError('group names must be unique and not "controller" (the twin adds that group)')
         return groups
 

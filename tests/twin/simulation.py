@@ -3,7 +3,9 @@
 `SimulatedHyperPod` extends the test fake with what a scenario draws from its seed (per-node ground truth,
 check durations from ranges, jobs on nodes) and with what the report needs to judge the controller (check
 outcomes, the ground truth of every instance over time, and actions that conflict or repeat without new
-evidence). It plays the scenario's `fidelity` readings (`tests/fakes/readings.py`). `Twin` extends the
+evidence). It plays the scenario's `fidelity` readings (`tests/fakes/readings.py`). It also keeps, per node, when
+it was schedulable (`Running` and not drained: `drain` / `resume` are the twin's Slurm drain, nothing in the
+controller sets them) and the jobs the `workload` ran on it, for the report's `exposure`. `Twin` extends the
 harness with the scenario's arrivals, its faults (duplicate, dropped and late events; throttling and 5xx on
 every AWS call a Lambda makes) and its incidents (`tests/twin/incidents.py`).
 """
@@ -13,27 +15,26 @@ from __future__ import annotations
 import functools
 import random
 import time
-from collections import Counter
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 from unittest import mock
 
+from tests.fakes.checks import IN_CHECK
 from tests.fakes.hyperpod import ApiError, Clock, Cluster, FakeHyperPod, GroupSpec, HealthCheck, Node
 from tests.harness import moto_patches
 from tests.harness.engine import Harness
 from tests.harness.template import ControllerTemplate
 from tests.twin.faults import ApiFaults, CrashPlan
-from tests.twin.scenario import LambdaCrash, Scenario
+from tests.twin.scenario import CONTROLLER_GROUP, LambdaCrash, Scenario
+from tests.twin.workload import Workload
 
 if TYPE_CHECKING:
     from tests.twin.incidents import Armed
 
 Truth = Literal["healthy", "transient", "persistent"]
-CONTROLLER_GROUP = "controller"
 EVIDENCE = frozenset({"pass", "fail", "skip"})  # check outcomes that say something about the node's hardware
 
 
-class SimulatedHyperPod(FakeHyperPod):
+class SimulatedHyperPod(Workload, FakeHyperPod):
     def __init__(self, scenario: Scenario, clock: Clock) -> None:
         super().__init__(clock, seed=scenario.seed)
         self.scenario = scenario
@@ -41,6 +42,7 @@ class SimulatedHyperPod(FakeHyperPod):
         self._truth = random.Random(scenario.seed + 1)
         self._durations = random.Random(scenario.seed + 4)
         self._workload = random.Random(scenario.seed + 7)
+        self._jobs = random.Random(scenario.seed + 9)  # workload.utilisation: job lengths and idle gaps
         self.readings = scenario.fidelity
         faulty = scenario.hardware.faulty_nodes
         self._exact: list[Truth] = []  # faulty_nodes: the truth of each arrival in order (popped)
@@ -70,7 +72,10 @@ class SimulatedHyperPod(FakeHyperPod):
         self.tested: dict[str, list[float]] = {}
         # Every reboot/replace with the instance it was asked for: (time, kind, logical id, actor, instance id).
         self.action_instances: list[tuple[float, str, str, str, str]] = []
-        self.busy: list[tuple[float, str, float]] = []  # workload: (start, logical id, until)
+        self._init_workload()  # jobs, drains and schedulable spans (tests/twin/workload.py)
+        self.first_check_at: dict[str, float] = {}  # logical id -> when its first check (on-demand or on-start) began
+        self.passed_at: dict[str, float] = {}  # instance id -> its first "pass" check outcome
+        self.skipped_by_job = 0  # check outcomes "skip" because a job outlasted HyperPod's 10 min wait
         self.foreign_checks: list[HealthCheck] = []  # started by someone else (the console), not the controller
         self.started_while_foreign_active = 0  # controller requests that met a foreign check
 
@@ -97,17 +102,6 @@ class SimulatedHyperPod(FakeHyperPod):
         if self._truth.random() < hw.replacement_fault_rate:
             self.set_truth_replacement(self.scenario.cluster.name, lid, "fail", cured_by="replace")
         return lid
-
-    def _maybe_busy(self, c: Cluster, n: Node) -> None:
-        """The workload: a node that just became ready (Running) starts a job with probability busy_rate."""
-        w = self.scenario.workload
-        if not w.busy_rate or n.status != "Running" or c.name != self.scenario.cluster.name:
-            return
-        if self._workload.random() < w.busy_rate:
-            until = self._t + self._workload.uniform(*w.job_s)
-            self.busy.append((self._t, n.logical_id, until))
-            # What set_busy does, without its catch-up: this runs inside a transition of the fake.
-            n.busy_until = until
 
     # -- ground truth ------------------------------------------------------------------------------
     def _truth_changed(self, n: Node) -> None:
@@ -151,7 +145,44 @@ class SimulatedHyperPod(FakeHyperPod):
     def _lcs_done(self, c: Cluster, n: Node) -> None:
         super()._lcs_done(c, n)
         self.ready_at.setdefault(n.logical_id, self._t)
+        if n.status == IN_CHECK:  # on-start checks began
+            self.first_check_at.setdefault(n.logical_id, self._t)
         self._maybe_busy(c, n)
+        self._observe(n)
+
+    def _launched(self, c: Cluster, n: Node, lcs_s: float, retry: bool = False) -> None:
+        super()._launched(c, n, lcs_s, retry)
+        self._observe(n)
+
+    def _rebooted(self, n: Node) -> None:
+        super()._rebooted(n)
+        self._observe(n)
+
+    def _fail_then_retry(self, c: Cluster, n: Node, retry: Any) -> None:
+        super()._fail_then_retry(c, n, retry)
+        self._observe(n)
+
+    def _detach(self, c: Cluster, n: Node, to_group: str, attach_s: float) -> None:
+        super()._detach(c, n, to_group, attach_s)
+        self._observe(n)
+
+    def _attach(self, c: Cluster, n: Node, to_group: str, attach_s: float) -> None:
+        super()._attach(c, n, to_group, attach_s)
+        self._observe(n)
+
+    def _delete(self, c: Cluster) -> None:
+        super()._delete(c)
+        for n in c.nodes.values():
+            self._observe(n)
+
+    def _queue(self, c: Cluster, check: HealthCheck, n: Node, checks: set[str], start: float, job_end: float) -> None:
+        super()._queue(c, check, n, checks, start, job_end)
+        self._observe(n)
+
+    def _skip_queued(self, c: Cluster, check: HealthCheck, n: Node) -> None:
+        if n.logical_id in check.queued and n.truth != "skip":  # still waiting: its job outlasted the wait
+            self.skipped_by_job += 1
+        super()._skip_queued(c, check, n)
 
     def _try_action(self, c: Cluster, n: Node | None, action: str, ref: str) -> dict[str, str] | None:
         if n is not None and n.in_flight:
@@ -163,10 +194,12 @@ class SimulatedHyperPod(FakeHyperPod):
     def _reboot(self, c: Cluster, n: Node, actor: str, duration: float | None = None) -> None:
         self._acted(n, "reboot", actor)
         super()._reboot(c, n, actor, duration)
+        self._observe(n)
 
     def _replace(self, c: Cluster, n: Node, actor: str) -> None:
         self._acted(n, "replace", actor)
         super()._replace(c, n, actor)
+        self._observe(n)
 
     def _acted(self, n: Node, kind: str, actor: str) -> None:
         """A reboot or replacement begins (ours or HyperPod's own): later ones need a check outcome first."""
@@ -178,20 +211,26 @@ class SimulatedHyperPod(FakeHyperPod):
         super()._check_begins(c, check, n, checks)
         if len(self.check_durations) > drawn:  # it began: `n` is in the check for the duration just drawn
             self.check_runs.setdefault(n.logical_id, []).append((self._t, self.check_durations[-1]))
+            self.first_check_at.setdefault(n.logical_id, self._t)
+        self._observe(n)
 
     def _check_finished(self, c: Cluster, check: HealthCheck, n: Node, outcome: str) -> None:
         self._outcome(n, outcome)
         super()._check_finished(c, check, n, outcome)
+        self._observe(n)
 
     def _on_start_check_done(self, c: Cluster, n: Node) -> None:
         self._outcome(n, "fail" if n.truth == "fail" else "pass")
         super()._on_start_check_done(c, n)
         self._maybe_busy(c, n)
+        self._observe(n)
 
     def _outcome(self, n: Node, outcome: str) -> None:
         self.check_outcomes.append((self._t, n.logical_id, outcome))
         if outcome in ("pass", "fail") and n.instance_id:
             self.tested.setdefault(n.instance_id, []).append(self._t)
+        if outcome == "pass" and n.instance_id:
+            self.passed_at.setdefault(n.instance_id, self._t)
         acted = self._acted_on.get(n.logical_id)
         # "replaced" mid-check says nothing about the hardware that comes next. HyperPod's own recovery in the
         # same instant as the outcome (Automatic) acts on that outcome: it stays, so that ours after it repeats it.
@@ -270,6 +309,13 @@ class Twin(Harness):
     def _arrive(self, group: str) -> None:
         self.sim.arrive(group)
 
+    def drain(self, logical_id: str) -> None:
+        """Drain the node in the twin's (simulated) Slurm: it takes no new job (`SimulatedHyperPod.drain`)."""
+        self.sim.drain(logical_id)
+
+    def resume(self, logical_id: str) -> None:
+        self.sim.resume(logical_id)
+
     def _fault_patches(self) -> list[Any]:
         """API faults at moto's front door; a crash plan per lambda-crash incident, and node writes counted
         for them."""
@@ -341,30 +387,3 @@ class Twin(Harness):
         # Held: the report is of the world at the horizon, not of however far the executions got in a minute.
         self.run_until(self.finished, horizon_s=self.scenario.horizon_s, hold=True)
         return time.monotonic() - wall
-
-
-@dataclass
-class GroupProgress:
-    """One instance group as the operator sees it: arrivals (simulation truth) and controller states."""
-
-    arrived: int = 0
-    states: Counter = field(default_factory=Counter)  # NodeState value -> nodes
-
-    @property
-    def verdicted(self) -> int:
-        from deephealth.domain.nodes import FINAL_STATES
-
-        return sum(n for state, n in self.states.items() if state in FINAL_STATES)
-
-
-def progress(twin: Twin) -> dict[str, GroupProgress]:
-    """Per instance group: what arrived and where the controller has each node."""
-    cluster = twin.cluster_model  # still there after a deletion
-    out = {g.name: GroupProgress() for g in twin.scenario.groups}
-    for n in cluster.nodes.values():
-        if n.group in out and n.logical_id in twin.sim.ready_at:
-            out[n.group].arrived += 1
-    for r in twin.records(twin.scenario.cluster.name).values():
-        if r.group in out:
-            out[r.group].states[r.state.value] += 1
-    return out
