@@ -1,15 +1,20 @@
-"""A check HyperPod refused for the request itself (domain.refusals), and the end of HyperPod's grace on a failed
-node (domain.grace): fidelity readings V7 and V8."""
+"""A check HyperPod refused for the request itself (an inconclusive verdict no re-check can settle), and the end
+of HyperPod's grace on a failed node (domain.grace): fidelity readings V7 and V8."""
 
 from deephealth.domain.grace import after_grace, grace_expired, grace_start, hyperpod_action
 from deephealth.domain.nodes import Action, NodeRecord, NodeState, Verdict
 from deephealth.domain.notices import notices
 from deephealth.domain.policy import GroupPolicy, Recovery
 from deephealth.domain.recovery import apply_verdict
-from deephealth.domain.refusals import check_refused
 
 NOW = 50_000.0
 MESSAGE = "Deep health checks are not supported for instance type ml.trn1.32xlarge"
+
+
+def check_refused(record, code, message, now, trigger):
+    """What Start check records for a member of a group HyperPod refused to check."""
+    evidence = (f"StartClusterHealthCheck refused: {code}: {message}",)
+    return apply_verdict(record, Verdict.INCONCLUSIVE, evidence, GroupPolicy(), "None", now, trigger, recheck=False)
 
 
 def rec(**kw) -> NodeRecord:

@@ -172,7 +172,12 @@ def build_check_request(claimed: list[NodeRecord], groups: dict[str, GroupContex
 
 
 def expected_check_s(configs: list[CheckConfiguration]) -> int:
-    return max((sum(EXPECTED_CHECK_S[c] for c in cfg["DeepHealthChecks"]) for cfg in configs), default=0)
+    return max((expected_for(cfg["DeepHealthChecks"]) for cfg in configs), default=0)
+
+
+def expected_for(checks: Iterable[str]) -> int:
+    """How long a node's checks of these types take, as HyperPod documents them."""
+    return sum(EXPECTED_CHECK_S[c] for c in checks)
 
 
 def next_wait(started_at: float, now: float, expected_s: int, poll_interval_s: int, awaiting_start: bool) -> int:

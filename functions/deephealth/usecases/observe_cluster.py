@@ -6,7 +6,7 @@ from __future__ import annotations
 from deephealth.domain.nodes import IN_PROGRESS, RUNNING, Decision, NodeRecord, NodeSnapshot, NodeState, round_seq_of
 from deephealth.domain.observe import Observation, close_out, observe
 from deephealth.domain.results import ResultLog
-from deephealth.domain.rounds import EXPECTED_CHECK_S, ListingWindow
+from deephealth.domain.rounds import ListingWindow, expected_for
 from deephealth.domain.verdicts import SKIP_GRACE_S
 from deephealth.usecases.context import ClusterView, Context
 from deephealth.usecases.decisions import save_and_announce
@@ -102,7 +102,7 @@ def _ask_operation(record: NodeRecord, snapshot: NodeSnapshot | None, view: Clus
         return False
     elapsed = now - (record.check_started_at or now)
     if snapshot.status == IN_PROGRESS:
-        return elapsed >= sum(EXPECTED_CHECK_S[c] for c in record.requested_checks or group.policy.checks)
+        return elapsed >= expected_for(record.requested_checks or group.policy.checks)
     return snapshot.status == RUNNING and not record.seen_in_progress and elapsed >= SKIP_GRACE_S
 
 

@@ -4,8 +4,8 @@ per round), and hand the others back to the queue."""
 from __future__ import annotations
 
 from deephealth.domain.errors import CheckRefused, ClusterBusy, Throttled
-from deephealth.domain.nodes import IN_PROGRESS, RUNNING, NodeRecord, NodeState, transition
-from deephealth.domain.refusals import check_refused
+from deephealth.domain.nodes import IN_PROGRESS, RUNNING, NodeRecord, NodeState, Verdict, transition
+from deephealth.domain.recovery import apply_verdict
 from deephealth.domain.rounds import RoundState, build_check_request, expected_check_s, listing_window, next_wait
 from deephealth.observability import logger, node_metric
 from deephealth.usecases.claim_round import shadow_checks
@@ -132,8 +132,17 @@ def _asked(ctx: Context, state: RoundState, records: list[NodeRecord], view: Clu
             "check refused", extra={"round_id": state.round_id, "groups": groups, "refusal": str(refused)[:300]}
         )
         if len(groups) == 1:
+            # A re-check would be refused too: inconclusive at once (an operator decides), HyperPod's words as evidence.
+            evidence = (f"StartClusterHealthCheck refused: {refused.code}: {refused.message}"[:500],)
+            policy = view.groups[groups[0]].policy
+            verdict = Verdict.INCONCLUSIVE
+            node_recovery = view.info.node_recovery
             save_and_announce(
-                ctx, [check_refused(r, refused.code, refused.message, now, state.round_id) for r in records]
+                ctx,
+                [
+                    apply_verdict(r, verdict, evidence, policy, node_recovery, now, state.round_id, recheck=False)
+                    for r in records
+                ],
             )
         return False
     logger.info("check started", extra={"round_id": state.round_id, "configurations": configs})
