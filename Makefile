@@ -10,7 +10,7 @@ DEV_PTH := hyperpod-dhc-dev.pth
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_DEFAULT_REGION ?= us-east-1
 
-.PHONY: install test lint unit integration infra simulation synth demo bench coldstart faults fidelity openapi clean
+.PHONY: install slurm test lint unit integration infra simulation synth demo bench coldstart faults fidelity openapi clean
 
 # The dev venv: the pinned stack (`dev` group), the operator CLI `hpdhc` as an operator gets it (editable: its
 # one dependency, boto3, is already in the group), and a .pth putting the repository root and functions/ on the
@@ -28,7 +28,23 @@ $(VENV)/.installed: pyproject.toml Makefile
 $(CDK):
 	npm install --silent --no-audit --no-fund --prefix $(VENV)/cdk-cli aws-cdk@$(CDK_CLI_VERSION)
 
-install: $(VENV)/.installed $(CDK)
+install: $(VENV)/.installed $(CDK) slurm
+
+# A real Slurm for tests/integration/test_slurm_bridge.py: Debian's packages, installed only by root with apt-get.
+# Anyone else (or no package) gets a message and the Slurm tests skip, unless HPDHC_REQUIRE_SLURM=1 (.ci/run).
+SLURM_PACKAGES := slurmctld slurmd slurm-client munge
+SLURM_BINARIES := scontrol sbatch slurmctld slurmd munged
+slurm:
+	@missing=; for b in $(SLURM_BINARIES); do PATH="$$PATH:/usr/sbin:/sbin" command -v $$b >/dev/null || missing=1; done; \
+	[ -n "$$missing" ] || exit 0; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	  echo "make slurm: no Slurm here; installing $(SLURM_PACKAGES) needs root and apt-get: the Slurm tests skip"; \
+	  exit 0; \
+	fi; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get install -y -q $(SLURM_PACKAGES) \
+	  || { apt-get update -q && apt-get install -y -q $(SLURM_PACKAGES); } \
+	  || echo "make slurm: could not install $(SLURM_PACKAGES): the Slurm tests skip"
 
 lint: install
 	$(VENV)/bin/ruff check infra functions tests

@@ -17,6 +17,11 @@ there are none). Only Deny statements: in the same account IAM auth still needs 
 allows ``execute-api:Invoke``, and an explicit deny wins over it. ARNs name the API as ``*`` (the policy
 is a property of the API, which cannot reference its own id) and every stage.
 
+The Slurm bridge (``SlurmBridgePolicy``, a customer-managed policy the stack exports as ``SlurmBridgePolicyArn``):
+the agent on a cluster's Slurm controller node calls ``BRIDGE_ROUTES`` with the instance group's execution role
+(SigV4), so an operator attaches this policy to that role. It allows ``execute-api:Invoke`` on those two methods
+of this API's stage and nothing else; the resource policy's only denies are of the reset route.
+
 Deployment precondition: REST API stages log to CloudWatch Logs (access and execution logs alike) only
 when the region's API Gateway account settings name a CloudWatch Logs role (``cloudWatchRoleArn``).
 That setting is one per account and region, shared by every API there, so this stack does not own it
@@ -38,7 +43,7 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
-from infra.acknowledgements import acknowledge
+from infra.acknowledgements import acknowledge, acknowledge_wildcard_resource
 from infra.controller_config import BREAKER_RESETTERS_KEY, EVERY_CLUSTER, REPO_ROOT, ConfigError
 
 STAGE_NAME = "v1"
@@ -61,6 +66,10 @@ def openapi_routes(document: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 ROUTES = openapi_routes(json.loads(OPENAPI_DOCUMENT.read_text()))
 if RESET_ROUTE not in ROUTES:  # resetter_policy would guard a route that is not there, and leave the reset open
     raise RuntimeError(f"{OPENAPI_DOCUMENT} has no route {' '.join(RESET_ROUTE)}: update RESET_ROUTE")
+# What the Slurm bridge calls: its nodes' desired state, and their occupancy.
+BRIDGE_ROUTES = (("GET", "/clusters/{cluster}/slurm"), ("POST", "/clusters/{cluster}/slurm/occupancy"))
+if not set(BRIDGE_ROUTES) <= set(ROUTES):  # the bridge's policy would allow what is not there
+    raise RuntimeError(f"{OPENAPI_DOCUMENT} lacks a route of BRIDGE_ROUTES {BRIDGE_ROUTES}: update BRIDGE_ROUTES")
 
 # API Gateway's quota on a resource policy, in characters (adjustable; Service Quotas L-8B81B02C). Checked at
 # synth with the ARNs expanded as long as they get (the partition aws-us-gov, a 15-character region).
@@ -89,10 +98,14 @@ ACCESS_LOG_FORMAT = {
 }
 
 
+def arn_path(path: str) -> str:
+    """A route's path as an execute-api ARN names its methods: each path parameter ``*``."""
+    return re.sub(r"\{\w+\}", "*", path)
+
+
 def method_arn(http_method: str, path: str) -> str:
     """The execute-api ARN of a method of this API in every stage; path parameters become ``*``."""
-    path = re.sub(r"\{\w+\}", "*", path)
-    return f"arn:{Aws.PARTITION}:execute-api:{Aws.REGION}:{Aws.ACCOUNT_ID}:*/*/{http_method}{path}"
+    return f"arn:{Aws.PARTITION}:execute-api:{Aws.REGION}:{Aws.ACCOUNT_ID}:*/*/{http_method}{arn_path(path)}"
 
 
 def reset_arn(cluster: str) -> str:
@@ -207,6 +220,8 @@ class OperatorApi(Construct):
                 http_method, integration, authorization_type=apigw.AuthorizationType.IAM
             )
 
+        self.bridge_policy = self._bridge_policy()
+
         acknowledge(
             self.api,
             "AwsSolutions-APIG2",
@@ -228,6 +243,26 @@ class OperatorApi(Construct):
             "own IAM roles and CloudTrail/access logs record the caller ARN; there are no end users and "
             "hence no Cognito user pool to authorize against.",
         )
+
+    def _bridge_policy(self) -> iam.ManagedPolicy:
+        """``execute-api:Invoke`` on exactly the bridge's methods of this API's stage (see the module doc)."""
+        stage = self.api.deployment_stage.stage_name
+        methods = [self.api.arn_for_execute_api(m, arn_path(p), stage) for m, p in BRIDGE_ROUTES]
+        policy = iam.ManagedPolicy(
+            self,
+            "SlurmBridgePolicy",
+            description="hyperpod-dhc Slurm bridge: attach to the execution role of the Slurm controller's group",
+            statements=[iam.PolicyStatement(actions=["execute-api:Invoke"], resources=methods)],
+        )
+        for method in methods:
+            acknowledge_wildcard_resource(
+                policy,
+                method,
+                "The * is the path parameter {cluster}: the bridge of every cluster this controller watches calls "
+                "the same two methods with the instance role of its Slurm controller's group, and the API answers "
+                "404 for a cluster it does not watch; nothing else of the API is allowed.",
+            )
+        return policy
 
     @property
     def url(self) -> str:

@@ -91,3 +91,9 @@ class HyperPodDhcStack(Stack):
         CfnOutput(self, "NotificationsTopicArn", value=self.notifications.topic.topic_arn)
         CfnOutput(self, "ApiEndpoint", value=self.operator_api.url, description="Stage URL of the operator API")
         CfnOutput(self, "ApiId", value=self.operator_api.api.rest_api_id)
+        CfnOutput(
+            self,
+            "SlurmBridgePolicyArn",
+            value=self.operator_api.bridge_policy.managed_policy_arn,
+            description="Attach to the execution role of each cluster's Slurm controller group (the Slurm bridge)",
+        )

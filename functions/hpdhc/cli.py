@@ -7,6 +7,7 @@
     hpdhc breakers C                                                      breaker, holds, budgets, held nodes
     hpdhc reset-breaker C [--group G] --reason TEXT                       close a breaker or lift a hold
     hpdhc simulate [--scenario FILE] [--json] [--serve [--port P]]        the digital twin (a checkout only)
+    hpdhc bridge --cluster C [--interval S] [--once] ...                  the Slurm bridge agent (controller node)
 
 The API commands sign with SigV4 from the standard AWS credential chain (--profile, --region) and find the
 endpoint in the stack's ApiEndpoint output (--stack) unless --endpoint is given; --json prints the API's JSON.
@@ -14,6 +15,7 @@ A refused request (HTTP 4xx) or one that could not be made exits with code 2, a 
 
 `simulate` runs the controller against a simulated HyperPod cluster; it is the digital twin of a checkout of
 hyperpod-dhc (`python -m tests.twin`), which this command runs when the checkout is on the path (`make install`).
+`bridge` is the agent that runs on the cluster's Slurm controller node (hpdhc.bridge; `hpdhc bridge --help`).
 """
 
 from __future__ import annotations
@@ -23,10 +25,12 @@ import sys
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from hpdhc import bridge
 from hpdhc.client import DEFAULT_STACK, ApiError, OperatorClient
 from hpdhc.commands import COMMANDS
 
 SIMULATE = "simulate"
+BRIDGE = "bridge"
 NO_CHECKOUT = "hpdhc: error: simulate needs a checkout of hyperpod-dhc after `make install`"
 
 
@@ -34,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == [SIMULATE]:
         return simulate(argv[1:])
+    if argv[:1] == [BRIDGE]:  # a long-running agent with its own flags and logging, not an API command
+        return bridge.main(argv[1:], prog=f"hpdhc {BRIDGE}")
     args = parser().parse_args(argv)
     try:
         client = OperatorClient(args.endpoint, args.profile, args.region, args.stack)
@@ -98,12 +104,18 @@ def parser() -> argparse.ArgumentParser:
     reset.add_argument("cluster")
     reset.add_argument("--group", help="lift this instance group's bad-capacity hold instead of the cluster breaker")
     reset.add_argument("--reason", required=True, help="why it is safe to act again (kept in the audit trail)")
-    # Parsed by the twin (main() hands `simulate ...` over before this parser runs); here for --help only.
+    # Parsed elsewhere (main() hands `simulate ...` to the twin, `bridge ...` to hpdhc.bridge); here for --help only.
     sub.add_parser(
         SIMULATE,
         add_help=False,
         help="run the controller against a simulated HyperPod cluster, no AWS account (a checkout only; "
         "`hpdhc simulate --help`)",
+    )
+    sub.add_parser(
+        BRIDGE,
+        add_help=False,
+        help="the Slurm bridge agent: drain, resume and label Slurm nodes as the controller says "
+        "(`hpdhc bridge --help`)",
     )
     return root
 

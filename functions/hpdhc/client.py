@@ -1,8 +1,9 @@
 """The operator API client: SigV4-signed HTTPS calls with the standard AWS credential chain.
 
 One method per API route, named like the route's handler in the Api function (`list_clusters`, `list_groups`,
-`list_nodes`, `get_node`, `request_checks`, `get_breakers`, `reset_breaker`); each returns the route's JSON as
-is. The endpoint is the stack's `ApiEndpoint` output unless one is given.
+`list_nodes`, `get_node`, `request_checks`, `get_breakers`, `reset_breaker`, and the Slurm bridge's `slurm_state`,
+`report_occupancy`); each returns the route's JSON as is, a paginated or chunked route's pages merged into one. The
+endpoint is the stack's `ApiEndpoint` output unless one is given.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from botocore.credentials import Credentials, ReadOnlyCredentials
 
 ENDPOINT_OUTPUT = "ApiEndpoint"
 DEFAULT_STACK = "HyperPodDhc"
+SLURM_PAGE = 1000  # nodes per page of the desired Slurm state, and per occupancy report
 LOCAL_HOSTS = ("127.0.0.1", "localhost")  # the twin's local API (`hpdhc simulate --serve`) checks no signature
 
 Json = dict[str, Any]
@@ -82,6 +84,28 @@ class OperatorClient:
     def reset_breaker(self, cluster: str, reason: str, group: str | None = None) -> Json:
         body: Json = {"reason": reason, **({"group": group} if group else {})}
         return self._call("POST", _path("clusters", cluster, "breakers", "reset"), body)
+
+    def slurm_state(self, cluster: str) -> Json:
+        """The desired Slurm state of every node: every `next_token` page, `nodes` concatenated into the first."""
+        query = {"limit": str(SLURM_PAGE)}
+        document: Json = self._call("GET", _path("clusters", cluster, "slurm"), query=query)
+        while document.get("next_token"):
+            query["next_token"] = document["next_token"]
+            page = self._call("GET", _path("clusters", cluster, "slurm"), query=query)
+            document = {**document, "nodes": document["nodes"] + page["nodes"], "next_token": page.get("next_token")}
+        return document
+
+    def report_occupancy(self, cluster: str, nodes: list[Json]) -> Json:
+        """Which nodes run a job (`{"node", "busy"}` each), posted `SLURM_PAGE` at a time; the answers summed."""
+        merged: Json = {"updated": 0, "unknown": []}
+        for start in range(0, len(nodes), SLURM_PAGE):
+            body = {"nodes": nodes[start : start + SLURM_PAGE]}
+            answer = self._call("POST", _path("clusters", cluster, "slurm", "occupancy"), body)
+            merged = {
+                "updated": merged["updated"] + answer["updated"],
+                "unknown": merged["unknown"] + answer["unknown"],
+            }
+        return merged
 
     # ------------------------------------------------------------------ HTTP
 

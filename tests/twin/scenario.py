@@ -100,11 +100,15 @@ class Workload(_Strict):
     that each node is busy about `u` of the time it is schedulable. A job never starts on a node that is not
     `Running`, is drained, or is already claimed by the active check (requested, not yet begun); a job in
     progress when its node leaves `Running` for a reboot, a replacement, a move or `Failure` ends then.
+    `slurm_bridge`: the controller's Slurm bridge runs (the real agent's sync, every `sync_interval_s` at a
+    seeded phase) against the twin's Slurm: its drains and resumes decide where jobs may start.
     """
 
     busy_rate: Rate = 0.0
     job_s: tuple[Seconds, Seconds] = (3600.0, 3600.0)
     utilisation: Rate = 0.0
+    slurm_bridge: bool = False
+    sync_interval_s: Annotated[float, Field(ge=10.0, le=3600.0)] = 60.0
 
     @field_validator("job_s")
     @classmethod

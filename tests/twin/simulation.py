@@ -29,6 +29,7 @@ from tests.twin.workload import Workload
 
 if TYPE_CHECKING:
     from tests.twin.incidents import Armed
+    from tests.twin.slurm import Bridge
 
 Truth = Literal["healthy", "transient", "persistent"]
 EVIDENCE = frozenset({"pass", "fail", "skip"})  # check outcomes that say something about the node's hardware
@@ -287,9 +288,11 @@ class Twin(Harness):
         self.crashes: dict[str, CrashPlan] = {}  # by FunctionName, one per lambda-crash incident
         self.incidents: list[Armed] = []  # in scenario order
         self.cluster_model: Cluster  # the fake's cluster object, kept: it outlives a deletion
+        self.bridge: Bridge | None = None  # the Slurm bridge agent, when the scenario's workload runs one
 
     def __enter__(self) -> Twin:
         from tests.twin import incidents
+        from tests.twin.slurm import Bridge
 
         super().__enter__()
         s = self.scenario
@@ -304,6 +307,7 @@ class Twin(Harness):
             for offset in sorted(g.arrival.start_s + arrivals.uniform(0, g.arrival.spread_s) for _ in range(g.count)):
                 self.at(self.started_at + offset, functools.partial(self._arrive, g.name))
         self.incidents = [incidents.arm(self, spec) for spec in s.incidents]
+        self.bridge = Bridge(self) if s.workload.slurm_bridge else None
         return self
 
     def _arrive(self, group: str) -> None:
@@ -371,7 +375,7 @@ class Twin(Harness):
         from deephealth.domain.nodes import FINAL_STATES
         from deephealth.domain.safety import is_held
 
-        if self.scheduled:
+        if self.scheduled > (self.bridge is not None):  # the bridge's next sync is always pending
             return False
         records = [r for r in self.records(self.scenario.cluster.name).values() if r.group != CONTROLLER_GROUP]
         # Every node that arrived, unless the cluster was deleted: nodes still provisioning then never

@@ -123,6 +123,9 @@ class NodeRecord(BaseModel):
     instance_id: str | None = None
     instance_ids: list[str] = Field(default_factory=list)  # every instance that held this logical id
     instance_type: str | None = None
+    # PrivateDnsHostname of the current instance, as HyperPod lists it: its short form is the node's Slurm name,
+    # the key of the Slurm bridge (None on records older than this field until the next look).
+    hostname: str | None = None
     state: NodeState = NodeState.PENDING
     status: str | None = None
     status_at: float | None = None
@@ -151,6 +154,10 @@ class NodeRecord(BaseModel):
     outcomes: list[Outcome] = Field(default_factory=list)
     actions: list[ActionEntry] = Field(default_factory=list)
     seen_down: bool = False
+    # Whether a Slurm job holds the node, as the Slurm bridge last reported it (kept while the node waits for a
+    # round), and when: a report too old is not believed (`domain.slurm.waits_for_job`).
+    slurm_busy: bool | None = None
+    slurm_busy_at: float | None = None
     version: int = 0
     created_at: float = 0.0
     updated_at: float = 0.0

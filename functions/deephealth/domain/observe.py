@@ -66,6 +66,7 @@ def new_record(cluster: str, snapshot: NodeSnapshot, now: float, cluster_id: str
         logical_id=snapshot.logical_id,
         instance_id=snapshot.instance_id or None,
         instance_type=snapshot.instance_type,
+        hostname=snapshot.hostname,
         instance_ids=[snapshot.instance_id] if snapshot.instance_id else [],
         created_at=now,
         updated_at=now,
@@ -96,7 +97,18 @@ def observe(
         return transition(record, obs.now, record.state, "listed again", obs.trigger, missing_since=None)
     if snapshot.group != record.group:
         return _moved(record, snapshot, obs)
-    record = _refresh(record, snapshot, obs.now)
+    refreshed = _refresh(record, snapshot, obs.now)
+    change = _listed(refreshed, snapshot, ctx, obs)
+    if change is None and record.hostname is None and refreshed.hostname is not None:
+        # A record older than the field: its Slurm name is saved once, so the Slurm bridge can find it.
+        return transition(refreshed, obs.now, refreshed.state, f"hostname {refreshed.hostname}", obs.trigger)
+    return change
+
+
+def _listed(
+    record: NodeRecord, snapshot: NodeSnapshot, ctx: GroupContext, obs: Observation
+) -> tuple[NodeRecord, Decision] | None:
+    """A known node the listing shows, by its state."""
     state = record.state
     if state == NodeState.PENDING:
         return _pending(record, snapshot, ctx, obs)
@@ -318,7 +330,11 @@ def _recovering_itself(snapshot: NodeSnapshot | None, obs: Observation) -> NodeR
 
 
 def _refresh(record: NodeRecord, snapshot: NodeSnapshot, now: float) -> NodeRecord:
-    """Last-seen status (not a decision, so no history entry; saved with the next decision)."""
-    if record.status == snapshot.status:
-        return record
-    return record.model_copy(update={"status": snapshot.status, "status_at": now})
+    """Last-seen status and hostname (a replacement brings its own): not a decision, so no history entry; saved
+    with the next decision."""
+    update: dict[str, object] = {}
+    if record.status != snapshot.status:
+        update.update(status=snapshot.status, status_at=now)
+    if snapshot.hostname and snapshot.hostname != record.hostname:
+        update["hostname"] = snapshot.hostname
+    return record.model_copy(update=update) if update else record

@@ -120,13 +120,17 @@ class GroupPolicy(_Strict):
     max_attempts: Annotated[int, Field(ge=0, le=10)] = 2  # recovery actions per node (per window) before quarantine
     attempt_window_h: Annotated[int, Field(ge=1, le=24 * 365)] | None = None  # unset: attempts never expire
     max_inconclusive: Annotated[int, Field(ge=0, le=10)] = 2  # re-checks after skipped/inconclusive
-    gather_window_s: Annotated[int, Field(ge=0, le=3600)] = 300
+    # A round waits for more arrivals while they keep coming (each within gather_quiet_s of the last), at most
+    # until its oldest node has waited gather_window_s (domain/rounds.gather_delay).
+    gather_window_s: Annotated[int, Field(ge=0, le=3600)] = 3600
+    gather_quiet_s: Annotated[int, Field(ge=0, le=3600)] = 300
     poll_interval_s: Annotated[int, Field(ge=30, le=3600)] = 60
     check_timeout_s: Annotated[int, Field(ge=600, le=6 * 3600)] = 3 * 3600
     recovery_grace_s: Annotated[int, Field(ge=0, le=6 * 3600)] = 1800  # wait for HyperPod's own recovery
     # A node's result line is read this long after it left its check: CloudWatch Logs delivers lines late, and a
-    # pass needs the line (docs/FIDELITY.md).
-    log_settle_s: Annotated[int, Field(ge=0, le=3600)] = 300
+    # pass needs the line (docs/FIDELITY.md). 180 s: the widest ingestion lag the fidelity matrix plays; a longer
+    # lag makes a healthy node `skipped` and re-checked, never passed, while HyperPod writes one line per node.
+    log_settle_s: Annotated[int, Field(ge=0, le=3600)] = 180
     # Re-check passed nodes whose last verdict is older than this (idle nodes go stale); off by default.
     revalidate_every_days: Annotated[int, Field(ge=1, le=365)] | None = None
     # Concurrency: nodes of this group in one round, and the share of the group the controller may hold out
@@ -140,6 +144,8 @@ class GroupPolicy(_Strict):
     # subscription filter policies can match (e.g. one team's queue per group).
     notify: tuple[NotificationKind, ...] = NOTIFICATION_KINDS  # type: ignore[assignment]
     notify_route: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")] | None = None
+    # The Slurm bridge drains a new node (a reason the controller owns) until its check passes; unset: `isolating`.
+    isolate_until_checked: bool | None = None
 
     @field_validator("checks")
     @classmethod
@@ -157,6 +163,21 @@ class GroupPolicy(_Strict):
         if self.ladder is not None and self.recovery == Recovery.REPLACE and "reboot" in self.ladder:
             raise ValueError('ladder reboots but recovery is "replace"; use "reboot-then-replace" or drop reboot')
         return self
+
+    @model_validator(mode="after")
+    def _isolates_only_checked_nodes(self) -> GroupPolicy:
+        if self.isolate_until_checked and (self.mode == Mode.OFF or self.dry_run):
+            # Its nodes are never checked, so they would stay drained for good.
+            why = 'mode is "off"' if self.mode == Mode.OFF else "dry_run never starts a check"
+            raise ValueError(f"isolate_until_checked would drain nodes that are never checked ({why}); set it false")
+        return self
+
+    @property
+    def isolating(self) -> bool:
+        """`isolate_until_checked` as it applies: unset, the groups whose new nodes the controller checks itself."""
+        if self.isolate_until_checked is not None:
+            return self.isolate_until_checked
+        return self.mode == Mode.ON_DEMAND and not self.dry_run
 
     def steps(self) -> tuple[str, ...]:
         """The recovery ladder, capped at `max_attempts`; quarantine follows its last step."""
@@ -267,6 +288,12 @@ class GroupContext:
     @property
     def watched(self) -> bool:
         return self.worker and self.policy.mode != Mode.OFF
+
+    @property
+    def isolating(self) -> bool:
+        """The Slurm bridge drains the group's new nodes until their check passes (never a controller/login
+        group's)."""
+        return self.worker and self.policy.isolating
 
     @property
     def observe_only(self) -> bool:

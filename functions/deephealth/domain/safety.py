@@ -47,6 +47,7 @@ from deephealth.domain.policy import (
 )
 from deephealth.domain.recovery import due_action
 from deephealth.domain.rounds import claimable
+from deephealth.domain.slurm import waits_for_job
 
 HOLD_BREAKER = "breaker"
 HOLD_CAPACITY = "bad-capacity"
@@ -144,7 +145,8 @@ def progress_possible(
     cap, a window that frees later) is left to the next due time and Reconcile, never to a round that would
     find it held again at once.
     """
-    waiting = claimable(records.values(), groups)
+    # A node busy with a Slurm job waits for it: a round now could not claim it (the bridge's idle report starts one).
+    waiting = [r for r in claimable(records.values(), groups) if not waits_for_job(r, now)]
     shadowed = [r for r in waiting if groups[r.group].policy.dry_run]
     if shadowed:
         return f"{len(shadowed)} node(s) of dry-run groups to record"

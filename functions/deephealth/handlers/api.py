@@ -16,8 +16,9 @@ from deephealth.domain.errors import ClusterNotFound, StaleRecord, Throttled, Tr
 from deephealth.domain.nodes import NodeState
 from deephealth.domain.on_demand import NODE_REF_PATTERN, CheckRequest
 from deephealth.domain.policy import GROUP_NAME_PATTERN
+from deephealth.domain.slurm import MAX_REPORTED_NODES, OccupancyReport
 from deephealth.observability import MetricUnit, logger, metrics
-from deephealth.usecases import operator_actions, operator_views
+from deephealth.usecases import operator_actions, operator_views, slurm_bridge
 from deephealth.wiring import build_context
 
 if TYPE_CHECKING:
@@ -80,6 +81,20 @@ def reset_breaker(cluster: Cluster, request: BreakerReset) -> dict[str, Any]:
     principal = app.current_event.request_context.identity.user_arn or "unknown principal"
     trigger = f"api:{app.current_event.request_context.request_id}:{principal}"
     return operator_actions.reset_breaker(CONTEXT, cluster, request.group, principal, request.reason, trigger)
+
+
+@app.get("/clusters/<cluster>/slurm", summary="Slurm bridge: each node's desired Slurm state (paginated)")
+def slurm_state(
+    cluster: Cluster,
+    limit: Annotated[int, Query(ge=1, le=MAX_REPORTED_NODES)] = MAX_REPORTED_NODES,
+    next_token: Annotated[str | None, Query(pattern=NODE_REF_PATTERN)] = None,
+) -> dict[str, Any]:
+    return slurm_bridge.slurm_state(CONTEXT, cluster, limit, next_token)
+
+
+@app.post("/clusters/<cluster>/slurm/occupancy", summary="Slurm bridge: which nodes run jobs now")
+def report_occupancy(cluster: Cluster, report: OccupancyReport) -> dict[str, Any]:
+    return slurm_bridge.report_occupancy(CONTEXT, cluster, report.nodes, CONTEXT.clock())
 
 
 _Handler = TypeVar("_Handler", bound=Callable[..., Response[dict[str, Any]]])

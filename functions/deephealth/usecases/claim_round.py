@@ -3,14 +3,17 @@ claim the nodes this round checks (dry-run groups record the check they would ge
 
 from __future__ import annotations
 
+import math
+
 from deephealth.domain.errors import ClusterNotFound
 from deephealth.domain.nodes import NodeRecord, NodeState, transition
 from deephealth.domain.rounds import LEASE_TTL_S, RoundState, claimable, gather_delay, round_name, select_for_round
 from deephealth.domain.safety import admit_to_round
+from deephealth.domain.slurm import job_wait, waits_for_job
 from deephealth.observability import MetricUnit, logger, metrics
 from deephealth.usecases.context import ClusterView, Context
 from deephealth.usecases.decisions import notify, save_and_announce
-from deephealth.usecases.observe_cluster import close_cluster, observe_cluster
+from deephealth.usecases.observe_cluster import close_cluster, observe_cluster, settling_elsewhere
 
 
 def claim_round(ctx: Context, state: RoundState) -> RoundState:
@@ -27,7 +30,16 @@ def claim_round(ctx: Context, state: RoundState) -> RoundState:
         close_cluster(ctx, state.cluster, "cluster not found", round_id)
         return state.model_copy(update={"claimed": 0, "recovery_due": 0})
     candidates = claimable(view.records.values(), view.groups)
-    if not state.gathered and (delay := gather_delay(candidates, view.groups, now)) > 0:
+    # Busy with a Slurm job (the bridge says so): HyperPod would queue the check behind the job and skip the node
+    # after 10 min. It stays pending; the bridge's report that it is idle starts a round (usecases/slurm_bridge).
+    waiting = [r for r in candidates if waits_for_job(r, now)]
+    candidates = [r for r in candidates if not waits_for_job(r, now)]
+    # Nodes an earlier round left settling: this round's looks judge them when their lines are due.
+    judge_at = settling_elsewhere(view, round_id, now)
+    state = state.model_copy(update={"judge_at": judge_at})
+    if (delay := gather_delay(candidates, view.groups, now)) > 0:  # again after each wait: bounded by the window
+        if judge_at is not None:  # this step's look judges them: wake for them
+            delay = max(1, min(delay, math.ceil(judge_at - now)))
         return state.model_copy(update={"gather_s": delay, "gathered": True})
     shadow_checks(ctx, [r for r in candidates if view.groups[r.group].policy.dry_run], view, round_id, now)
     live = [r for r in candidates if not view.groups[r.group].policy.dry_run]
@@ -51,8 +63,22 @@ def claim_round(ctx: Context, state: RoundState) -> RoundState:
         ],
     )
     due = ctx.due(view)
-    logger.info("round claimed", extra={"round_id": round_id, "claimed": len(claimed), "recovery_due": len(due)})
+    logger.info(
+        "round claimed",
+        extra={
+            "round_id": round_id,
+            "claimed": len(claimed),
+            "recovery_due": len(due),
+            "waiting_for_jobs": len(waiting),
+        },
+    )
     metrics.add_metric(name="NodesClaimed", unit=MetricUnit.Count, value=len(claimed))
+    metrics.add_metric(name="NodesWaitingForJobs", unit=MetricUnit.Count, value=len(waiting))
+    if waiting and not claimed and not due and not state.gathered:
+        # Nothing to do but wait for jobs: wait here once before the round ends, or Finish round, which still
+        # counts these nodes as waiting, would chain the next round at once, and that one the next.
+        wait = job_wait(waiting, now)
+        return state.model_copy(update={"gather_s": wait, "claimed": 0, "recovery_due": 0, "gathered": True})
     return state.model_copy(update={"claimed": len(claimed), "recovery_due": len(due), "gathered": True})
 
 

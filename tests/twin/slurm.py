@@ -1,0 +1,145 @@
+"""The Slurm bridge in the twin: the real agent's `sync_once` (functions/hpdhc/bridge.py) against the twin's Slurm.
+
+`TwinSlurm` is the agent's `Slurm` over the twin's workload: a node is in Slurm while its slurmd is up (`Running`,
+or in a check), named by its short private hostname, in the partition named after its instance group; a drain
+is `Workload.drain` (no new job). A replaced node comes back as a new instance, a new Slurm node, undrained, as a
+HyperPod replacement registers. `TwinController` is the agent's `Controller` through the real Api function, as
+API Gateway would invoke it for the cluster's instance role (the route's resource policy applies).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import TYPE_CHECKING, Any
+
+from hpdhc.bridge import SlurmError, SlurmNode, sync_once
+from tests.fakes.checks import IN_CHECK
+from tests.harness.api_gateway import proxy_event, refusal
+from tests.twin.scenario import CONTROLLER_GROUP
+
+if TYPE_CHECKING:
+    from tests.twin.simulation import Twin
+
+SLURMD_UP = frozenset({"Running", IN_CHECK})  # slurmd answers: the node is in Slurm (jobs keep running in a check)
+# The principal the agent signs with: the cluster's instance role (it carries SlurmBridgePolicy).
+BRIDGE_PRINCIPAL = "arn:aws:sts::123456789012:assumed-role/hyperpod-cluster-execution-role/i-0controller0000000"
+
+
+class TwinSlurm:
+    """The agent's view of Slurm, and its `scontrol update`, over the twin's workload."""
+
+    def __init__(self, twin: Twin) -> None:
+        self.twin = twin
+        self.reasons: dict[str, str] = {}  # instance id -> reason of the drain the agent set
+        self.drained_instance: dict[str, str] = {}  # logical id -> the instance the agent drained
+        self.features: dict[str, tuple[str, ...]] = {}  # instance id -> ActiveFeatures
+        self.updates = 0  # scontrol updates applied
+
+    def _nodes(self) -> dict[str, Any]:
+        sim, cluster = self.twin.sim, self.twin.cluster_model
+        out = {}
+        for n in cluster.nodes.values():
+            if n.group == CONTROLLER_GROUP or n.status not in SLURMD_UP or not n.private_ip or not n.instance_id:
+                continue
+            out[sim._hostname(n.private_ip).split(".", 1)[0]] = n
+        return out
+
+    def nodes(self) -> dict[str, SlurmNode]:
+        sim, now = self.twin.sim, self.twin.clock.now()
+        listed = {}
+        for name, n in self._nodes().items():
+            drained = n.logical_id in sim.drained
+            if drained and self.drained_instance.get(n.logical_id, n.instance_id) != n.instance_id:
+                # A replacement: a new instance registers as a new Slurm node, not drained.
+                del self.drained_instance[n.logical_id]
+                sim.resume(n.logical_id)
+                drained = False
+            listed[name] = SlurmNode(
+                name=name,
+                drained=drained,
+                reason=self.reasons.get(n.instance_id, "drained by the twin") if drained else None,
+                features=self.features.get(n.instance_id, ()),
+                partitions=(n.group,),
+                busy=n.busy_until > now,
+            )
+        return listed
+
+    def update(self, node: str, args: list[str]) -> None:
+        n = self._nodes().get(node)
+        if n is None:
+            raise SlurmError(f"scontrol update NodeName={node}: Invalid node name specified")
+        fields = dict(a.split("=", 1) for a in args)
+        state = fields.get("State")
+        if state == "DRAIN":
+            self.reasons[n.instance_id] = fields["Reason"]
+            self.drained_instance[n.logical_id] = n.instance_id
+            self.twin.sim.drain(n.logical_id)
+        elif state == "RESUME":
+            self.reasons.pop(n.instance_id, None)
+            self.drained_instance.pop(n.logical_id, None)
+            self.twin.sim.resume(n.logical_id)
+        if "ActiveFeatures" in fields:
+            self.features[n.instance_id] = tuple(f for f in fields["ActiveFeatures"].split(",") if f)
+        self.updates += 1
+
+
+class TwinController:
+    """The agent's `Controller`: the two bridge routes, through the real Api function."""
+
+    def __init__(self, twin: Twin) -> None:
+        self.twin = twin
+
+    def _call(self, method: str, path: str, body: Any = None, query: dict[str, str] | None = None) -> Any:
+        refused = refusal(self.twin.template.template, method, path, BRIDGE_PRINCIPAL)
+        if refused is not None:
+            raise RuntimeError(f"HTTP {refused[0]}: {refused[1]}")
+        arn = self.twin.function_arns[self.twin.template.api_logical_id]
+        # `_invoke`, not `invoke`: this runs inside the twin's clock step and must not lift a held run's deadline.
+        response = self.twin._invoke(arn, proxy_event(method, path, body, query, BRIDGE_PRINCIPAL))
+        if response["statusCode"] != 200:
+            raise RuntimeError(f"HTTP {response['statusCode']}: {response.get('body')}")
+        return json.loads(response["body"])
+
+    def desired(self, cluster: str) -> dict[str, Any]:
+        document: dict[str, Any] = {}
+        token: str | None = None
+        while True:
+            page = self._call("GET", f"/clusters/{cluster}/slurm", query={"next_token": token} if token else None)
+            nodes = document.get("nodes", []) + page["nodes"]
+            document = {**page, "nodes": nodes}
+            token = page.get("next_token")
+            if not token:
+                return document
+
+    def report(self, cluster: str, nodes: list[dict[str, Any]]) -> dict[str, Any]:
+        answer: dict[str, Any] = {}
+        for i in range(0, len(nodes), 1000):
+            answer = self._call("POST", f"/clusters/{cluster}/slurm/occupancy", {"nodes": nodes[i : i + 1000]})
+        return answer
+
+
+class Bridge:
+    """The agent's loop on the twin's clock: one `sync_once` every `sync_interval_s`, at a seeded phase."""
+
+    def __init__(self, twin: Twin) -> None:
+        self.twin = twin
+        self.slurm = TwinSlurm(twin)
+        self.controller = TwinController(twin)
+        self.interval = twin.scenario.workload.sync_interval_s
+        self.syncs = 0
+        self.failed_syncs = 0
+        phase = random.Random(twin.scenario.seed + 11).uniform(0, self.interval)
+        self.twin.at(twin.started_at + phase, self._sync)
+
+    def _sync(self) -> None:
+        cluster = self.twin.scenario.cluster.name
+        if self.twin.cluster_model.status == "InService":
+            groups = {g.name: g.name for g in self.twin.scenario.groups}  # partition name = group name
+            result = sync_once(cluster, self.controller, self.slurm, groups)
+            self.syncs += 1
+            self.failed_syncs += bool(result.errors)
+        self.twin.at(self.twin.clock.now() + self.interval, self._sync)
+
+
+__all__ = ["BRIDGE_PRINCIPAL", "Bridge", "TwinController", "TwinSlurm"]
