@@ -110,7 +110,8 @@ def test_polls_list_the_rounds_launch_window_and_the_whole_cluster_every_five_mi
     for p in windowed:
         assert p["InstanceGroupNameContains"] == "workers"
         assert p["CreationTimeAfter"] < min(launched) <= max(launched) < p["CreationTimeBefore"]  # epoch s on the wire
-    assert all(b - a >= 300 for a, b in itertools.pairwise(whole)), "the whole cluster at most every 5 minutes"
+    # The whole cluster at most every 5 minutes, but for the one look that confirms the round is over.
+    assert all(b - a >= 300 for a, b in itertools.pairwise(whole[:-1])), "the whole cluster at most every 5 minutes"
     assert {r.state for r in harness.records("demo").values()} == {NodeState.PASSED}
 
 

@@ -51,19 +51,12 @@ NOT_EXERCISED: dict[tuple[str, str], str] = {
     ("FinishRound", "states:DescribeExecution"): f"finish_round -> {_STARTS}",
     ("Intake", "states:DescribeExecution"): f"handle_signal -> {_STARTS}",
     ("Reconcile", "states:DescribeExecution"): f"reconcile_cluster -> {_STARTS}",
-    ("ClaimRound", "logs:FilterLogEvents"): f"claim_round -> {_OBSERVES}",
-    ("StartCheck", "logs:FilterLogEvents"): f"start_check -> {_OBSERVES}",
     ("Intake", "logs:FilterLogEvents"): f"handle_signal -> reconcile_cluster -> {_OBSERVES}",
-    # Results are read once settled (log_settle_s after the node left its check): a live round's poll reads them
-    # first, so Reconcile only does for the nodes of a round that died.
-    ("Reconcile", "logs:FilterLogEvents"): f"reconcile_cluster, no live round (it died) -> {_OBSERVES}",
     ("ClaimRound", "sagemaker:ListClusterOperations"): f"claim_round -> {_OPERATIONS}",
     ("Intake", "sagemaker:ListClusterOperations"): f"handle_signal -> reconcile_cluster -> {_OPERATIONS}",
     ("Reconcile", "sagemaker:ListClusterOperations"): f"reconcile_cluster -> {_OPERATIONS}",
     ("RecoverNodes", "sagemaker:ListClusterOperations"): "recover_nodes: a node due for recovery still shows "
     "DeepHealthCheckInProgress (the failed_status reading), so whether a check runs is asked (check_in_progress)",
-    ("Reconcile", "sns:Publish"): "reconcile_cluster -> observe_cluster -> save -> publish: a verdict Reconcile "
-    "reaches itself (a dead round's node judged failed or inconclusive)",
     ("Intake", "sns:Publish"): "handle_signal -> _node_signal -> save -> publish: an Unhealthy report "
     "HyperPod confirms fails the node (node-failed)",
     ("StartCheck", "sns:Publish"): "start_check -> shadow_checks: dry-run announces the check it would start",

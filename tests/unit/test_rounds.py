@@ -83,6 +83,22 @@ def test_gather_waits_for_the_oldest_nodes_window_only():
     assert gather_delay([], GROUPS, now=0) == 0
 
 
+DENSE = {"g": GroupContext(GroupPolicy(gather_window_s=3600, gather_quiet_s=300))}
+
+
+def test_gather_follows_arrivals_while_they_are_dense_and_stops_when_they_pause():
+    lone = [pending(1, ready_at=1000.0)]
+    assert gather_delay(lone, DENSE, now=1000.0) == 300  # a lone node waits only the quiet time
+    stream = [pending(i, ready_at=1000.0 + 120 * i) for i in range(10)]  # one every 2 min, the last at 2080
+    assert gather_delay(stream, DENSE, now=2080.0) == 300  # still arriving: wait for the next
+    assert gather_delay(stream, DENSE, now=2380.0) == 0  # 5 min without a new node: start
+    endless = [pending(i, ready_at=1000.0 + 60 * i) for i in range(70)]  # arrivals never pause
+    assert gather_delay(endless, DENSE, now=5140.0) == 0  # the oldest waited the window: start anyway
+    assert gather_delay(endless[:50], DENSE, now=3940.0) == 300
+    # Nodes back for a re-check keep their old ready time: they are not arrivals and do not hold the round.
+    assert gather_delay([pending(1, ready_at=0.0), pending(2, ready_at=10.0)], DENSE, now=5000.0) == 0
+
+
 @pytest.mark.parametrize(
     ("elapsed", "awaiting", "expected"),
     [

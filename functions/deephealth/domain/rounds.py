@@ -79,6 +79,8 @@ class RoundState(BaseModel):
     polls: int = 0
     window: ListingWindow | None = None  # where the members are listed; None: list the whole cluster
     observed_at: float | None = None  # the last time a step observed the whole cluster
+    # When nodes another round left settling have their result lines due: a poll then looks at the whole cluster.
+    judge_at: float | None = None
     done: bool = False
     error: dict[str, Any] | None = None  # set by the workflow's Catch before "Abandon round"
 
@@ -135,12 +137,20 @@ def select_for_round(candidates: list[NodeRecord], max_nodes: int) -> list[NodeR
 
 
 def gather_delay(candidates: list[NodeRecord], groups: dict[str, GroupContext], now: float) -> int:
-    """Seconds to wait so the oldest candidate has waited its group's gather window (bursts batch up)."""
+    """Seconds to wait before claiming: while nodes keep arriving (each within `gather_quiet_s` of the last) and
+    the oldest has waited less than `gather_window_s`.
+
+    One active check per cluster makes a small round expensive: every node that arrives while it runs waits for
+    its slowest node. So a round gathers while arrivals are dense, and starts once they pause or the oldest has
+    waited the window; a lone node waits only `gather_quiet_s`. Called again after each wait, so a burst that
+    goes on is followed; the window bounds it.
+    """
     if not candidates:
         return 0
-    oldest = candidates[0]
-    window = groups[oldest.group].policy.gather_window_s
-    return max(0, math.ceil((oldest.ready_at or now) + window - now))
+    ready = [now if r.ready_at is None else r.ready_at for r in candidates]
+    policy = groups[candidates[0].group].policy  # candidates come oldest first
+    until = min(ready[0] + policy.gather_window_s, max(ready) + policy.gather_quiet_s)
+    return max(0, math.ceil(until - now))
 
 
 def group_checks(checks: Sequence[str], nodes_in_group: int) -> list[str]:

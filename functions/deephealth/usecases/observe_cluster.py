@@ -113,3 +113,19 @@ def close_cluster(ctx: Context, cluster: str, reason: str, trigger: str) -> str:
     save_and_announce(ctx, changes)
     ctx.table.unregister_cluster(cluster)
     return f"closed out {len(changes)} node(s): {reason}"
+
+
+def settling_elsewhere(view: ClusterView, round_id: str, now: float) -> float | None:
+    """When the next node out of another check (an earlier round's, or HyperPod's on-start check) has its result
+    line due: the earliest `check_left_at + log_settle_s` still ahead of `now` among the checking nodes that are
+    not this round's. (One already due was judged by the look that built `view`, or waits for evidence a look
+    cannot hurry.)"""
+    due = [
+        left + view.groups[r.group].policy.log_settle_s
+        for r in view.records.values()
+        if r.state == NodeState.CHECKING
+        and r.round_id != round_id
+        and (left := r.check_left_at) is not None
+        and r.group in view.groups
+    ]
+    return min((t for t in due if t > now), default=None)

@@ -7,7 +7,7 @@ import math
 from deephealth.domain.errors import ClusterNotFound
 from deephealth.domain.rounds import FULL_OBSERVE_S, RoundState, build_check_request, expected_check_s, next_wait
 from deephealth.usecases.context import Context
-from deephealth.usecases.observe_cluster import close_cluster, observe_cluster, observe_members
+from deephealth.usecases.observe_cluster import close_cluster, observe_cluster, observe_members, settling_elsewhere
 
 MAX_POLLS = 2000  # a hard stop far beyond any check timeout, in case the clock misbehaves
 
@@ -18,10 +18,15 @@ def poll_check(ctx: Context, state: RoundState) -> RoundState:
     now = ctx.renew(state)
     observed_at = state.observed_at
     full = state.window is None or observed_at is None or now - observed_at >= FULL_OBSERVE_S
+    # Nodes an earlier round left settling (below): their lines are due now, and only a whole look judges them.
+    full = full or (state.judge_at is not None and now >= state.judge_at)
     try:
         if not full:
             view = observe_members(ctx, state.cluster, state.round_id, state.window)  # type: ignore[arg-type]
-            full = not view.members(state.round_id)  # it looks finished: confirm on the whole cluster
+            # It looks finished, or its check just ended (once): confirm on the whole cluster.
+            members = view.members(state.round_id)
+            left = [r.check_left_at for r in members if r.check_left_at is not None]
+            full = len(left) == len(members) and (not left or observed_at is None or observed_at < max(left))
         if full:
             view = observe_cluster(ctx, state.cluster, state.round_id, orphaned_before=state.round_seq)
             observed_at = now
@@ -30,7 +35,12 @@ def poll_check(ctx: Context, state: RoundState) -> RoundState:
         return state.model_copy(update={"done": True, "wait_s": 0, "recovery_due": 0})
     members = view.members(state.round_id)
     polls = state.polls + 1
-    done = not members or polls >= MAX_POLLS
+    # Every member is out of the check and only waits for its result line to settle: HyperPod's check is over,
+    # so the round ends now if another round has work, rather than hold the cluster through the settle time;
+    # that round's polls judge these nodes when their lines are due (`judge_at`).
+    handed_on = full and bool(members) and all(r.check_left_at is not None for r in members)
+    handed_on = handed_on and ctx.progress(view) is not None
+    done = not members or handed_on or polls >= MAX_POLLS
     started = state.started_at or now
     configs = build_check_request(members, view.groups) if members else []
     interval = min((g.policy.poll_interval_s for g in view.groups.values()), default=60)
@@ -50,13 +60,19 @@ def poll_check(ctx: Context, state: RoundState) -> RoundState:
         # All done with the check: nothing can change a verdict before the first result line has settled.
         settle = min(view.groups[r.group].policy.log_settle_s for r in members if r.group in view.groups)
         wait = max(wait, math.ceil(min(left) + settle - now))
+    judge_at = settling_elsewhere(view, state.round_id, now) if full else state.judge_at
+    if not done and judge_at is not None:
+        wait = max(1, min(wait, math.ceil(judge_at - now)))
     return state.model_copy(
         update={
             "done": done,
             "wait_s": wait,
             "polls": polls,
             "observed_at": observed_at,
-            # Only a look at the whole cluster sees every node due for recovery; the round ends on one.
-            "recovery_due": len(ctx.due(view)) if full else state.recovery_due,
+            "judge_at": judge_at,
+            # Due now, among what this look saw: the workflow recovers them at once (Recover decided nodes) rather
+            # than at the round's end, so they are back for the next round. Only a look at the whole cluster sees
+            # every due node; the round ends on one.
+            "recovery_due": len(ctx.due(view)),
         }
     )

@@ -3,6 +3,8 @@ per round), and hand the others back to the queue."""
 
 from __future__ import annotations
 
+import math
+
 from deephealth.domain.errors import CheckRefused, ClusterBusy, Throttled
 from deephealth.domain.nodes import IN_PROGRESS, RUNNING, NodeRecord, NodeState, Verdict, transition
 from deephealth.domain.recovery import apply_verdict
@@ -78,6 +80,8 @@ def start_check(ctx: Context, state: RoundState) -> RoundState:
     expected = expected_check_s(configs)
     interval = min((g.policy.poll_interval_s for g in view.groups.values()), default=60)
     wait = next_wait(now, now, expected, interval, awaiting_start=True) if configs else 0
+    if wait and state.judge_at is not None:  # an earlier round's nodes have their lines due first
+        wait = max(1, min(wait, math.ceil(state.judge_at - now)))
     window = listing_window(snapshots[r.key] for r in checked)
     return state.model_copy(
         update={"started_at": now, "wait_s": wait, "done": not configs, "window": window, "observed_at": now}
