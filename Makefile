@@ -70,8 +70,9 @@ simulation: install
 demo: install
 	$(VENV)/bin/hpdhc simulate --scenario tests/scenarios/demo.json
 
-# Our controller against a naive per-node controller on the twin, side by side (docs/BENCHMARKS.md);
-# ARGS="--scenario bench-128", "--json" or "--wall-budget 2400" (stop a run of ours after 40 min of wall time).
+# Our controller against the latency floor, a naive per-node controller and HyperPod's on-start checks alone, on
+# the twin, side by side (docs/BENCHMARKS.md); ARGS="--scenario bench-128", "--controllers all", "--json",
+# "--wall-budget 2400" (stop a run of ours after 40 min of wall time) or "--scenario bench-128 --seeds 20 --jobs 2".
 bench: install
 	$(PY) -m tests.bench.run $(ARGS)
 

@@ -45,6 +45,13 @@ certain; those attempts are counted in one step at the same counters the fake's 
 its first attempt at or after that time. Every other call is made for real. `tests/simulation/test_bench.py`
 runs a scenario both ways and asserts the same calls, verdicts and times. Coalescing is off when the scenario
 has incidents or `second_check_request: merge`, where that certainty does not hold.
+
+**No controller, HyperPod's own on-start checks** (`OnStartOnly`, the benchmark's `on-start` row): the same
+scenario with every worker group's `OnStartDeepHealthChecks` set to its policy's checks (`on_start_scenario`),
+and nothing else: the same loop advances the fake through its own transitions (arrivals, lifecycle scripts,
+on-start checks, jobs) with no workflow at all. A node's "verdict" is when it left its on-start check: `Running`
+(passed), `Failure` with NodeRecovery None (failed; nobody acts on it), or, with Automatic, `Running` after
+HyperPod's own replacement and its re-check. No API call is made.
 """
 
 from __future__ import annotations
@@ -56,7 +63,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from unittest import mock
@@ -66,7 +73,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from tests.fakes.hyperpod import CHECK_START_DELAY_S, Clock, Cluster, GroupSpec, install
+from tests.fakes.hyperpod import CHECK_START_DELAY_S, Clock, Cluster, GroupSpec, Node, install
 from tests.harness.engine import REGION
 from tests.twin.scenario import Scenario
 from tests.twin.simulation import CONTROLLER_GROUP, SimulatedHyperPod
@@ -80,6 +87,26 @@ SINGLE_NODE_CHECKS = ("InstanceStress",)  # multi-node check types cannot run in
 BUSY = "already in progress"  # the fake's (inferred) wording for a second active check
 RESULT_STREAM = "DeepHealthCheckResults/"
 ERROR_PATTERN = '{ $.level = "error" }'
+
+
+def create_cluster(sim: SimulatedHyperPod, scenario: Scenario) -> Cluster:
+    """The scenario's cluster as the twin creates it (`Twin.__enter__`): its Slurm controller group, then the
+    scenario's groups with their on-start checks."""
+    groups = [GroupSpec(CONTROLLER_GROUP, "ml.m5.xlarge", count=1, node_type="Controller")]
+    groups += [
+        GroupSpec(g.name, g.instance_type, on_start_checks=g.on_start_deep_health_checks) for g in scenario.groups
+    ]
+    return sim.create_cluster(scenario.cluster.name, groups, node_recovery=scenario.cluster.node_recovery)
+
+
+def arrivals(scenario: Scenario, t0: float) -> list[tuple[float, str]]:
+    """(time, group) of every arrival, in the order the twin adds the nodes: the same seed, the same draws."""
+    rng = random.Random(scenario.seed + 3)
+    due: list[tuple[float, int, str]] = []
+    for g in scenario.groups:
+        for offset in sorted(g.arrival.start_s + rng.uniform(0, g.arrival.spread_s) for _ in range(g.count)):
+            due.append((t0 + offset, len(due), g.name))
+    return [(when, group) for when, _, group in sorted(due)]  # the harness runs due actions in (time, seq) order
 
 
 def back_off(retry: int) -> float:
@@ -207,17 +234,11 @@ class NaiveController:
         )
 
     def _create_cluster(self) -> Cluster:
-        """The same cluster and arrivals as the twin (`Twin.__enter__`): same seed, same draws."""
-        s = self.scenario
-        groups = [GroupSpec(CONTROLLER_GROUP, "ml.m5.xlarge", count=1, node_type="Controller")]
-        groups += [GroupSpec(g.name, g.instance_type, on_start_checks=g.on_start_deep_health_checks) for g in s.groups]
-        cluster = self.sim.create_cluster(s.cluster.name, groups, node_recovery=s.cluster.node_recovery)
+        cluster = create_cluster(self.sim, self.scenario)
         self._cluster_arn = cluster.arn
-        arrivals = random.Random(s.seed + 3)
-        for g in s.groups:
-            for offset in sorted(g.arrival.start_s + arrivals.uniform(0, g.arrival.spread_s) for _ in range(g.count)):
-                self._push(self.t0 + offset, "arrive", g.name)
-                self._arrivals_left += 1
+        for when, group in arrivals(self.scenario, self.t0):
+            self._push(when, "arrive", group)
+            self._arrivals_left += 1
         return cluster
 
     def _push(self, when: float, kind: str, ref: str) -> None:
@@ -439,3 +460,63 @@ class NaiveController:
 
 def run_naive(scenario: Scenario, config: dict[str, Any], coalesce: bool = True) -> NaiveResult:
     return NaiveController(scenario, config, coalesce=coalesce).run()
+
+
+def on_start_scenario(scenario: Scenario, config: dict[str, Any]) -> Scenario:
+    """The scenario with every group's on-start deep health checks set to the checks its policy names."""
+    from deephealth.domain.policy import parse_config
+
+    policy = parse_config(config)
+    groups = tuple(
+        g.model_copy(update={"on_start_deep_health_checks": policy.policy_for(scenario.cluster.name, g.name).checks})
+        for g in scenario.groups
+    )
+    return scenario.model_copy(update={"groups": groups})
+
+
+@contextlib.contextmanager
+def on_start_checks_recorded(sim: SimulatedHyperPod) -> Iterator[None]:
+    """Record on-start checks in `sim.check_runs` too (the simulation records the on-demand ones), so that a
+    node's own check time and its first check's start count the on-start check it ran."""
+    lcs_done = sim._lcs_done
+
+    def recorded(c: Cluster, n: Node) -> None:
+        drawn = len(sim.check_durations)
+        lcs_done(c, n)
+        if len(sim.check_durations) > drawn:  # its on-start checks began, for the duration just drawn
+            sim.check_runs.setdefault(n.logical_id, []).append((sim._t, sim.check_durations[-1]))
+
+    with mock.patch.object(sim, "_lcs_done", recorded):
+        yield
+
+
+class OnStartOnly(NaiveController):
+    """No controller: HyperPod's on-start checks (of a scenario from `on_start_scenario`) and nothing else."""
+
+    def __init__(
+        self, scenario: Scenario, config: dict[str, Any], on_hour: Callable[[float, int], None] | None = None
+    ) -> None:
+        super().__init__(scenario, config, coalesce=False, on_hour=on_hour)
+        self._outcomes_seen = 0
+
+    def run(self) -> NaiveResult:
+        with on_start_checks_recorded(self.sim):
+            return super().run()
+
+    def _events(self, events: list[dict[str, Any]]) -> None:
+        """No workflow: each on-start check outcome since the last step settles its node, unless HyperPod
+        (NodeRecovery Automatic) replaces it and checks the replacement."""
+        outcomes = self.sim.check_outcomes
+        for at, lid, outcome in outcomes[self._outcomes_seen :]:
+            if lid in self.runs or outcome not in ("pass", "fail"):
+                continue
+            if outcome == "fail" and self.scenario.cluster.node_recovery == "Automatic":
+                continue  # HyperPod replaces the node and checks the new instance on start
+            node = self.cluster.nodes[lid]
+            replaced = any(kind == "replace" and a_lid == lid for _, kind, a_lid, _ in self.sim.actions)
+            verdict = "failed" if outcome == "fail" else "replaced" if replaced else "passed"
+            run = NodeRun(lid, node.group, node.instance_id, started_at=at, phase="done")
+            run.verdict, run.verdict_at = verdict, at
+            self.runs[lid] = run
+            self._done += 1
+        self._outcomes_seen = len(outcomes)

@@ -1,22 +1,30 @@
-"""`make bench`: our controller's own overhead against a naive per-node controller, side by side on the twin.
+"""`make bench`: our controller against the floor, a naive per-node controller and HyperPod alone, on the twin.
 
-For each scenario (`tests/scenarios/bench-*.json` by default) it runs
+For each scenario (`tests/scenarios/bench-*.json` by default) it runs, side by side (`--controllers`):
 
 - **ours**: the real handlers and the synthesized state machine on the twin, as `hpdhc simulate` does
   (`Twin` + `build_report`);
 - **naive**: the per-node baseline of `tests/bench/naive.py` on the same `SimulatedHyperPod`, scenario and
-  seed, its Step Functions and Lambda use modelled,
+  seed, its Step Functions and Lambda use modelled;
+- **on-start**: no controller, HyperPod's own on-start deep health checks on every worker group
+  (`naive.OnStartOnly`);
+- **observe-on-start** (not by default): ours, every worker group in `mode: observe-on-start` with on-start checks;
+- **ours+bridge** (not by default): ours with the scenario's `workload.slurm_bridge` on;
 
 and prints: ready -> verdict (virtual seconds, and per node as a ratio to the node's own check time: 1.0 is the
-physical limit), how long after the node's check ended its verdict was recorded, SageMaker API calls per node
-(counted at the fake's boundary, by operation), state transitions and Lambda invocations per node, the
-estimated cost per 1,000 nodes, and the wall time of each run; then the targets and whether each is met.
+physical limit), that ratio's p95 over the scenario's floor (`tests/bench/floor.py`: the best any schedule of
+one check at a time can do), how long after the node's check ended its verdict was recorded, the workload's
+exposure (`tests/twin/report.py`: schedulable time before the first check, jobs on unvalidated nodes, job-hours
+on failing hardware, checks skipped by a job), SageMaker API calls per node (counted at the fake's boundary, by
+operation), state transitions and Lambda invocations per node, the estimated cost per 1,000 nodes, and the
+wall time of each run; then the targets and whether each is met.
 
 A node without a verdict at the horizon counts with (horizon - ready) as a lower bound: a value shown `>=` is
 one of those; per-node figures divide by every node of the scenario, so a controller that left nodes queued
 shows what it spent so far, also a lower bound (`>=`).
 
-    python -m tests.bench.run [--scenario NAME|FILE ...] [--controllers ours naive] [--json]
+    python -m tests.bench.run [--scenario NAME|FILE ...] [--controllers ours naive on-start ...] [--json]
+    python -m tests.bench.run --scenario NAME --seeds N [--first-seed S] [--jobs 2]   (ours against the floor)
 
 Exit status 0 whether or not a target is met (this is a measurement); non-zero only on a crash.
 """
@@ -26,12 +34,14 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as dt
+import functools
 import json
 import os
 import platform
 import statistics
 import subprocess
 import sys
+import textwrap
 import time
 import warnings
 from collections import Counter
@@ -43,9 +53,18 @@ from typing import Any, TextIO
 from hpdhc.render import hm, table
 from tests.twin.__main__ import REPO_ROOT
 
-SCENARIOS = ("bench-128", "bench-burst-500", "bench-1000", "bench-10000")
+SCENARIOS = ("bench-128", "bench-128-jobs", "bench-burst-500", "bench-1000", "bench-10000")
 SCENARIO_DIR = REPO_ROOT / "tests" / "scenarios"
-CONTROLLERS = ("ours", "naive")
+CONTROLLERS = ("ours", "observe-on-start", "ours+bridge", "naive", "on-start")  # the table's column order
+DEFAULT_CONTROLLERS = ("ours", "naive", "on-start")  # the other two are runs of ours: as long again each
+OURS = ("ours", "observe-on-start", "ours+bridge")  # our controller on the twin, on a variant of the scenario
+FLOOR_MAX_NODES = 20_000  # the floor's programme takes ~1 s at 1,000 nodes and ~1 min at 10,000
+ON_START_NOTE = (
+    "on-start: HyperPod's own checks and no controller. The time shown is when a node left its check; nothing "
+    "records a verdict or answers for one (no record, no API, no notification), nothing recovers a node that "
+    "fails it (NodeRecovery None leaves it in Failure; Automatic replaces it with no ladder), no replacement "
+    "budget or breaker limits what HyperPod does, and nothing checks a node again later (a reboot, a move)"
+)
 
 # Prices (us-east-1 list prices, as of 2026-12-02): see docs/BENCHMARKS.md.
 SFN_PER_TRANSITION = 0.025 / 1000  # Step Functions Standard: $0.025 per 1,000 state transitions
@@ -122,9 +141,18 @@ class Side:
     notes: list[str] = field(default_factory=list)
     calls_by_function: dict[str, dict[str, int]] = field(default_factory=dict)  # ours: who made the calls
     transitions_by_state: dict[str, int] = field(default_factory=dict)  # ours: states entered, by name
+    exposure: dict[str, Any] = field(default_factory=dict)  # the report's `exposure` block, for every controller
+    floor_ratio_p95: float | None = None  # the scenario's floor (tests/bench/floor.py); None: not computed
 
     def per_node(self, value: float) -> float:
         return value / self.nodes if self.nodes else 0.0
+
+    @property
+    def over_floor(self) -> float | None:
+        """The ratio p95 over the scenario's floor: how far from the best a one-check-at-a-time schedule can do."""
+        if not self.floor_ratio_p95 or not self.ratio.n:
+            return None
+        return self.ratio.p95 / self.floor_ratio_p95
 
     @property
     def calls(self) -> int:
@@ -151,6 +179,8 @@ class Side:
         out["state_transitions_per_node"] = round(self.per_node(self.state_transitions), 2)
         out["lambda_invocations_per_node"] = round(self.per_node(self.lambda_invocations), 2)
         out["cost_per_1000_nodes_usd"] = self.cost_per_1000()
+        over = self.over_floor
+        out["ratio_p95_over_floor"] = None if over is None else round(over, 3)
         return out
 
 
@@ -250,15 +280,17 @@ def run_ours(
     template: Any,
     progress: TextIO | None = None,
     wall_budget_s: float | None = None,
+    controller: str = "ours",
 ) -> Side:
+    from tests.bench.naive import on_start_checks_recorded
     from tests.twin.report import build_report
     from tests.twin.report import progress as group_progress
     from tests.twin.simulation import CONTROLLER_GROUP, Twin
 
-    with Twin(scenario, template, config) as twin:
+    with Twin(scenario, template, config) as twin, on_start_checks_recorded(twin.sim):
         calls_by_function = _count_calls_by_function(twin.sim)
         if progress is not None:
-            _watch(twin, group_progress, progress, time.monotonic())
+            _watch(twin, group_progress, progress, time.monotonic(), controller)
         wall, cut_short = _run_twin(twin, wall_budget_s)
         report = build_report(twin, wall)
         t0 = twin.started_at
@@ -294,7 +326,7 @@ def run_ours(
         gb_s = sum(n * memory.get(fn, 512) / 1024 * ASSUMED_INVOCATION_S for fn, n in by_function.items())
         done = len(nodes) - m.verdicts.get("no_verdict", 0)
         return Side(
-            controller="ours",
+            controller=controller,
             **m.side_fields(len(nodes)),
             api_calls=dict(sorted(twin.sim.calls.items())),
             executions=report["step_functions"]["executions"],
@@ -307,6 +339,7 @@ def run_ours(
             notes=[_cut_short_note(t_end - t0, wall, done)] if cut_short else [],
             calls_by_function={fn: dict(sorted(ops.items())) for fn, ops in sorted(calls_by_function.items())},
             transitions_by_state=dict(by_state.most_common()),
+            exposure=report["exposure"],
         )
 
 
@@ -367,7 +400,9 @@ def _cut_short_note(virtual_s: float, wall_s: float, verdicts: int) -> str:
     )
 
 
-def _watch(twin: Any, group_progress: Callable, out: TextIO, wall0: float, every_s: float = 3600.0) -> None:
+def _watch(
+    twin: Any, group_progress: Callable, out: TextIO, wall0: float, controller: str, every_s: float = 3600.0
+) -> None:
     """A progress line on `out` every `every_s` virtual seconds (long runs: how far, how fast)."""
     next_line = [twin.started_at + every_s]
     total = twin.scenario.nodes
@@ -377,7 +412,7 @@ def _watch(twin: Any, group_progress: Callable, out: TextIO, wall0: float, every
             next_line[0] = now + every_s
             done = sum(g.verdicted for g in group_progress(twin).values())
             print(
-                f"  ours {twin.scenario.name}: t+{hm(now - twin.started_at)} virtual, {done}/{total} verdicts, "
+                f"  {controller} {twin.scenario.name}: t+{hm(now - twin.started_at)} virtual, {done}/{total} verdicts, "
                 f"{time.monotonic() - wall0:.0f} s wall",
                 file=out,
                 flush=True,
@@ -386,11 +421,19 @@ def _watch(twin: Any, group_progress: Callable, out: TextIO, wall0: float, every
     twin.on_step.append(show)
 
 
-# -- the naive baseline -----------------------------------------------------------------------------------
+# -- the baselines: the naive controller, HyperPod's on-start checks alone ---------------------------------
 def run_naive(
-    scenario: Any, config: dict[str, Any], template: Any, coalesce: bool = True, progress: TextIO | None = None
+    scenario: Any,
+    config: dict[str, Any],
+    template: Any,
+    coalesce: bool = True,
+    progress: TextIO | None = None,
+    controller: str = "naive",
 ) -> Side:
-    from tests.bench.naive import NaiveController
+    """The naive controller, or (`controller="on-start"`, on a scenario from `naive.on_start_scenario`) HyperPod's
+    on-start checks with no controller: the same loop on the same `SimulatedHyperPod`."""
+    from tests.bench.naive import NaiveController, OnStartOnly
+    from tests.twin.report import exposure_of_run
     from tests.twin.simulation import CONTROLLER_GROUP
 
     wall0 = time.monotonic()
@@ -398,13 +441,17 @@ def run_naive(
     def show(elapsed: float, verdicts: int) -> None:
         if progress is not None:
             print(
-                f"  naive {scenario.name}: t+{hm(elapsed)} virtual, {verdicts}/{scenario.nodes} verdicts, "
+                f"  {controller} {scenario.name}: t+{hm(elapsed)} virtual, {verdicts}/{scenario.nodes} verdicts, "
                 f"{time.monotonic() - wall0:.0f} s wall",
                 file=progress,
                 flush=True,
             )
 
-    result = NaiveController(scenario, config, coalesce=coalesce, on_hour=show).run()
+    if controller == "on-start":
+        runner: NaiveController = OnStartOnly(scenario, config, on_hour=show)
+    else:
+        runner = NaiveController(scenario, config, coalesce=coalesce, on_hour=show)
+    result = runner.run()
     nodes = [n for n in result.cluster.nodes.values() if n.group != CONTROLLER_GROUP]
 
     def verdict_of(lid: str) -> tuple[str, float | None]:
@@ -419,18 +466,23 @@ def run_naive(
     notes = []
     if result.coalesced_refusals:
         notes.append(f"{result.coalesced_refusals} refused Start check attempts coalesced (see tests/bench/naive.py)")
+    if controller == "on-start":
+        notes.append(ON_START_NOTE)
     return Side(
-        controller="naive",
+        controller=controller,
         **m.side_fields(len(nodes)),
         api_calls=dict(sorted(result.sim.calls.items())),
-        executions=result.executions,
+        executions=result.executions if controller == "naive" else 0,
         state_transitions=result.transitions,
         lambda_invocations=invocations,
-        invocations_by_function={"modelled (one function per Task)": invocations},
+        invocations_by_function={"modelled (one function per Task)": invocations} if invocations else {},
         lambda_gb_s=round(invocations * memory_mb / 1024 * ASSUMED_INVOCATION_S, 2),
         virtual_s=round(result.ended_at - result.started_at, 1),
         wall_s=round(result.wall_s, 2),
         notes=notes,
+        exposure=exposure_of_run(
+            result.sim, {n.logical_id: verdict_of(n.logical_id)[1] for n in nodes}, result.ended_at
+        ),
     )
 
 
@@ -476,23 +528,30 @@ def _times(ours: Side, naive: Side, measure: Callable[[Side], float]) -> str:
 
 def scenario_rows(name: str, sides: dict[str, Side]) -> list[list[str]]:
     ours, naive = sides.get("ours"), sides.get("naive")
-    present = [s for s in (ours, naive) if s is not None]
+    present = [sides[c] for c in CONTROLLERS if c in sides] + [s for c, s in sides.items() if c not in CONTROLLERS]
     both = ours is not None and naive is not None
     rows = [[name, *[s.controller for s in present], *(["naive / ours"] if both else [])]]
 
     def row(label: str, cell: Callable[[Side], str], ratio: Callable[[Side], float] | None = None) -> None:
-        extra = [_times(ours, naive, ratio) if ratio else ""] if both else []
+        extra = [_times(ours, naive, ratio) if ratio and ours and naive else ""] if both else []
         rows.append([label, *[cell(s) for s in present], *extra])
 
     row("nodes with a verdict", lambda s: f"{s.nodes - s.no_verdict}/{s.nodes}")
     row("ready->verdict p50 / p95 / max", lambda s: _stat_s(s.latency_s))
     row("  / own check time (1.0 = limit)", lambda s: _stat_x(s.ratio))
+    floor = next((s.floor_ratio_p95 for s in present if s.floor_ratio_p95), None)
+    if floor is not None:
+        row(f"  p95 / floor {floor:.2f}", _over_floor)
     row("ready->first check began p50/p95/max", lambda s: _stat_s(s.wait_s))
     row("verdict after check end p50/p95/max", lambda s: _stat_s(s.detect_s))
+    row("schedulable before 1st check p50/p95/max", _exposure_s)
+    row("jobs started / on unvalidated nodes", _exposure_jobs)
+    row("job-hours / on failing hardware", _exposure_hours)
+    row("checks skipped by a job", _exposure_skipped)
     row("SageMaker calls per node", lambda s: _num(s.per_node(s.calls), s), lambda s: s.per_node(s.calls))
     ops = sorted({op for s in present for op in s.api_calls})
     for op in ops:
-        row(f"  {op}", lambda s, op=op: _num(s.per_node(s.api_calls.get(op, 0)), s))
+        row(f"  {op}", functools.partial(_calls_per_node, op))
     row("Step Functions executions", lambda s: f"{s.executions:,}")
     row(
         "state transitions per node",
@@ -513,6 +572,38 @@ def scenario_rows(name: str, sides: dict[str, Side]) -> list[list[str]]:
     row("virtual time simulated", lambda s: hm(s.virtual_s))
     row("wall time (s)", lambda s: f"{s.wall_s:,.1f}")
     return rows
+
+
+def _calls_per_node(op: str, s: Side) -> str:
+    return _num(s.per_node(s.api_calls.get(op, 0)), s)
+
+
+def _over_floor(s: Side) -> str:
+    over = s.over_floor
+    return "-" if over is None else _lb(f"{over:.2f}", s.ratio.p95_lb)
+
+
+def _exposure_s(s: Side) -> str:
+    """The schedulable seconds before the first check; a node never checked counts to the end of the run, so
+    a run stopped at its horizon shows lower bounds."""
+    p = s.exposure["schedulable_before_check_s"]
+    return " / ".join(_lb(hm(v) if v >= 600 else f"{v:.0f}s", not s.complete) for v in (p["p50"], p["p95"], p["max"]))
+
+
+def _exposure_jobs(s: Side) -> str:
+    """Counted to the end of the run: a run stopped at its horizon would have counted more (a bound, unless 0)."""
+    e = s.exposure
+    return _lb(f"{e['jobs']:,} / {e['jobs_on_unvalidated']:,}", not s.complete and e["jobs"] > 0)
+
+
+def _exposure_hours(s: Side) -> str:
+    e = s.exposure
+    return _lb(f"{e['job_hours']:,.1f} / {e['job_hours_on_failed']:,.1f}", not s.complete and e["job_hours"] > 0)
+
+
+def _exposure_skipped(s: Side) -> str:
+    skipped = s.exposure["skipped_by_job"]
+    return _lb(f"{skipped:,}", not s.complete and skipped > 0)
 
 
 def _cost_split(s: Side) -> str:
@@ -547,6 +638,10 @@ def targets(results: dict[str, dict[str, Side]]) -> list[Target]:
             s.ratio.p95 <= TARGET_RATIO_P95,
         ),
     )
+    floor = small.floor_ratio_p95 if small is not None else None
+    if floor is not None and floor > TARGET_RATIO_P95:
+        # What the target asks is out of reach for any controller: say so beside the miss.
+        out[-1].why = f"the floor is {floor:.2f}: no schedule of one check at a time gets below it"
     for name, sides in results.items():
         ours = sides.get("ours")
         if ours is not None:
@@ -585,8 +680,8 @@ def targets(results: dict[str, dict[str, Side]]) -> list[Target]:
     name = f"10,000 nodes simulated in <= {TARGET_10K_WALL_S:g} s wall (ours on the twin)"
     if "ours" in big:
         wall = big["ours"].wall_s
-        naive = f"; naive {big['naive'].wall_s:,.1f} s" if "naive" in big else ""
-        out.append(Target(name, "bench-10000", f"{wall:,.1f} s{naive}", wall <= TARGET_10K_WALL_S))
+        beside = f"; naive {big['naive'].wall_s:,.1f} s" if "naive" in big else ""
+        out.append(Target(name, "bench-10000", f"{wall:,.1f} s{beside}", wall <= TARGET_10K_WALL_S))
     else:
         out.append(Target(name, "bench-10000", "not run", None))
     return out
@@ -603,9 +698,17 @@ def render(results: dict[str, dict[str, Side]], header: dict[str, Any], out: Tex
 def render_scenario(name: str, sides: dict[str, Side], out: TextIO) -> None:
     print(file=out)
     table(scenario_rows(name, sides), out)
+    notes = []
+    floor = next((s.floor_ratio_p95 for s in sides.values() if s.floor_ratio_p95), None)
+    if floor is not None:
+        notes.append(
+            f"floor {floor:.2f}: the least ratio p95 of any schedule of first checks in ready order, one check at a "
+            "time per cluster, each verdict the moment its check ends (tests/bench/floor.py)"
+        )
     for side in sides.values():
-        for note in side.notes:
-            print(f"  ({side.controller}: {note})", file=out)
+        notes += [note if note.startswith(side.controller) else f"{side.controller}: {note}" for note in side.notes]
+    for note in notes:
+        print(textwrap.fill(f"({note})", width=116, initial_indent="  ", subsequent_indent="   "), file=out)
     out.flush()
 
 
@@ -653,41 +756,103 @@ def scenario_path(name: str) -> Path:
     return path if path.suffix == ".json" and path.exists() else SCENARIO_DIR / f"{name}.json"
 
 
+def load(name: str) -> tuple[Any, dict[str, Any]]:
+    """The scenario (a name under tests/scenarios/ or a path) and the controller configuration it runs with."""
+    from tests.harness.synth import base_config
+    from tests.twin.scenario import load_scenario
+
+    return load_scenario(scenario_path(name), base_config())
+
+
+def with_seed(scenario: Any, seed: int) -> Any:
+    return scenario.model_copy(update={"seed": seed})
+
+
+def variant(controller: str, scenario: Any, config: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The scenario and configuration a controller's row runs: on-start checks on every worker group (on-start,
+    observe-on-start), every group observed (observe-on-start), the Slurm bridge on (ours+bridge)."""
+    from tests.bench.naive import on_start_scenario
+
+    if controller in ("on-start", "observe-on-start"):
+        scenario = on_start_scenario(scenario, config)
+    if controller == "observe-on-start":
+        # "<cluster>/<group>" wins over "<group>" and merges over it and over the defaults key by key.
+        groups = dict(config.get("groups", {}))
+        for g in scenario.groups:
+            key = f"{scenario.cluster.name}/{g.name}"
+            groups[key] = {**groups.get(key, {}), "mode": "observe-on-start"}
+        config = {**config, "groups": groups}
+    if controller == "ours+bridge":
+        scenario = scenario.model_copy(update={"workload": scenario.workload.model_copy(update={"slurm_bridge": True})})
+    return scenario, config
+
+
 def run_scenario(
     name: str,
-    controllers: tuple[str, ...] = CONTROLLERS,
+    controllers: tuple[str, ...] = DEFAULT_CONTROLLERS,
     coalesce: bool = True,
     template: Any = None,
     progress: TextIO | None = None,
     wall_budget_s: float | None = None,
+    floor_max_nodes: int = FLOOR_MAX_NODES,
 ) -> dict[str, Side]:
-    """Both controllers (or those asked for) on one scenario (a name under tests/scenarios/ or a path)."""
-    from tests.harness.synth import base_config, synthesized_template
-    from tests.harness.template import ControllerTemplate
-    from tests.twin.scenario import load_scenario
+    """The controllers asked for on one scenario (a name under tests/scenarios/ or a path), and its floor."""
+    scenario, config = load(name)
+    return run_loaded(scenario, config, controllers, coalesce, template, progress, wall_budget_s, floor_max_nodes)
 
-    base = base_config()
-    scenario, config = load_scenario(scenario_path(name), base)
+
+def run_loaded(
+    scenario: Any,
+    config: dict[str, Any],
+    controllers: tuple[str, ...] = DEFAULT_CONTROLLERS,
+    coalesce: bool = True,
+    template: Any = None,
+    progress: TextIO | None = None,
+    wall_budget_s: float | None = None,
+    floor_max_nodes: int = FLOOR_MAX_NODES,
+) -> dict[str, Side]:
+    from tests.bench.floor import scenario_floor
+    from tests.harness.synth import synthesized_template
+    from tests.harness.template import ControllerTemplate
+
     template = template or ControllerTemplate(synthesized_template())
+    floor = None
+    if scenario.nodes <= floor_max_nodes:
+        wall = time.monotonic()
+        floor = scenario_floor(scenario, config).ratio_p95
+        if progress is not None:
+            print(
+                f"{scenario.name}: floor ratio p95 {floor:.4f} ({time.monotonic() - wall:,.1f} s wall)",
+                file=progress,
+                flush=True,
+            )
     sides: dict[str, Side] = {}
-    # The naive first: it is quick, so a run cut short (or interrupted) during ours still has the baseline.
-    for controller in sorted(controllers, key=lambda c: c != "naive"):
+    # The baselines first: they are quick, so a run cut short (or interrupted) during ours still has them.
+    for controller in sorted(controllers, key=lambda c: c in OURS):
         if progress is not None:
             print(f"{scenario.name}: {controller} ({scenario.nodes} nodes) ...", file=progress, flush=True)
-        if controller == "ours":
-            sides["ours"] = run_ours(scenario, config, template, progress, wall_budget_s)
+        s, c = variant(controller, scenario, config)
+        if controller in OURS:
+            side = run_ours(s, c, template, progress, wall_budget_s, controller)
         else:
-            sides["naive"] = run_naive(scenario, config, template, coalesce=coalesce, progress=progress)
+            side = run_naive(s, c, template, coalesce=coalesce, progress=progress, controller=controller)
+        side.floor_ratio_p95 = floor
+        sides[controller] = side
         if progress is not None:
-            s = sides[controller]
-            print(f"{scenario.name}: {controller} done in {s.wall_s:,.1f} s wall", file=progress, flush=True)
+            print(f"{scenario.name}: {controller} done in {side.wall_s:,.1f} s wall", file=progress, flush=True)
     return sides
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.bench.run", description=__doc__.split("\n\n")[0])
     parser.add_argument("--scenario", action="append", dest="scenarios", metavar="NAME", help="bench-128 or a FILE")
-    parser.add_argument("--controllers", nargs="+", choices=CONTROLLERS, default=list(CONTROLLERS))
+    parser.add_argument(
+        "--controllers",
+        nargs="+",
+        choices=(*CONTROLLERS, "all"),
+        default=list(DEFAULT_CONTROLLERS),
+        help=f"default: {' '.join(DEFAULT_CONTROLLERS)}",
+    )
     parser.add_argument("--json", action="store_true", help="one JSON document on stdout, nothing else")
     parser.add_argument("--exact", action="store_true", help="naive: make every refused call for real (slow)")
     parser.add_argument(
@@ -698,10 +863,27 @@ def main(argv: list[str] | None = None) -> int:
         help="stop our controller's run of a scenario after this much wall time and report it as a lower bound",
     )
     parser.add_argument("--lambda-log", type=Path, default=None, help="where the Lambdas' logs go (default: nowhere)")
+    parser.add_argument(
+        "--floor-max-nodes",
+        type=int,
+        default=FLOOR_MAX_NODES,
+        metavar="N",
+        help="compute the floor only for scenarios of at most N nodes (0: never)",
+    )
+    parser.add_argument("--seeds", type=int, default=0, metavar="N", help="ours on N seeds of the one --scenario")
+    parser.add_argument("--first-seed", type=int, default=1, metavar="S")
+    parser.add_argument("--jobs", type=int, default=1, metavar="J", help="--seeds: J runs at a time (processes)")
     args = parser.parse_args(argv)
+    controllers = CONTROLLERS if "all" in args.controllers else tuple(args.controllers)
     names = args.scenarios or list(SCENARIOS)
-    out, progress = sys.stdout, sys.stderr
     warnings.filterwarnings("ignore", category=UserWarning, module="aws_lambda_powertools")
+    if args.seeds:
+        from tests.bench.seeds import run_seeds
+
+        if len(names) != 1:
+            parser.error("--seeds runs one scenario: give exactly one --scenario")
+        return run_seeds(names[0], range(args.first_seed, args.first_seed + args.seeds), args)
+    out, progress = sys.stdout, sys.stderr
     results: dict[str, dict[str, Side]] = {}
     head = header()
     if not args.json:
@@ -714,7 +896,9 @@ def main(argv: list[str] | None = None) -> int:
 
         template = ControllerTemplate(synthesized_template())
         for name in names:
-            sides = run_scenario(name, tuple(args.controllers), not args.exact, template, progress, args.wall_budget)
+            sides = run_scenario(
+                name, controllers, not args.exact, template, progress, args.wall_budget, args.floor_max_nodes
+            )
             key = Path(name).stem if name.endswith(".json") else name
             results[key] = sides
             # As each scenario ends, so a long run shows what it has so far (on stderr with --json).

@@ -57,7 +57,7 @@ from deephealth.adapters.node_table import NodeTable
 from deephealth.domain.nodes import Action, NodeRecord, NodeState
 from deephealth.domain.policy import Budget, parse_config
 from tests.harness.engine import TABLE_NAME
-from tests.twin.simulation import CONTROLLER_GROUP, Twin
+from tests.twin.simulation import CONTROLLER_GROUP, SimulatedHyperPod, Twin
 
 REPORT_VERSION = 5
 INCONCLUSIVE_ALERT = "node-inconclusive"  # the notification an operator gets for a node left inconclusive
@@ -232,10 +232,14 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
 
 def schedulable_before_check(twin: Twin, logical_id: str, verdict_at: float | None) -> float:
     """Seconds the node was schedulable before its first check began (else before its verdict, else the end)."""
-    sim = twin.sim
+    return schedulable_before_check_in(twin.sim, logical_id, verdict_at, twin.clock.now())
+
+
+def schedulable_before_check_in(sim: SimulatedHyperPod, logical_id: str, verdict_at: float | None, now: float) -> float:
+    """`schedulable_before_check` for any run on a `SimulatedHyperPod`, with or without the twin's controller."""
     cut = sim.first_check_at.get(logical_id)
     if cut is None:
-        cut = verdict_at if verdict_at is not None else twin.clock.now()
+        cut = verdict_at if verdict_at is not None else now
     return sum(max(0.0, min(end, cut) - start) for start, end in sim.schedulable.get(logical_id, ()))
 
 
@@ -250,8 +254,21 @@ def failing_seconds(history: list[tuple[float, str]], start: float, end: float) 
 
 
 def exposure_report(twin: Twin, exposures: list[float]) -> dict[str, Any]:
-    sim = twin.sim
-    now = twin.clock.now()
+    return exposure_in(twin.sim, twin.clock.now(), exposures)
+
+
+def exposure_of_run(sim: SimulatedHyperPod, verdict_at: dict[str, float | None], now: float) -> dict[str, Any]:
+    """`exposure` of a run on a `SimulatedHyperPod` without the twin (the benchmark's naive controller, HyperPod's
+    on-start checks alone): `verdict_at` is each worker node's verdict time (None: none), `now` the run's end."""
+    exposures = [
+        schedulable_before_check_in(sim, lid, at, now) for lid, at in verdict_at.items() if lid in sim.ready_at
+    ]
+    return exposure_in(sim, now, exposures)
+
+
+def exposure_in(sim: SimulatedHyperPod, now: float, exposures: list[float]) -> dict[str, Any]:
+    """The `exposure` block from the simulation's jobs and truth, given each ready node's schedulable seconds
+    before its first check (`exposures`), counted up to `now`."""
     on_unvalidated = 0
     job_s = on_failed_s = 0.0
     for job in sim.jobs:
