@@ -103,9 +103,13 @@ def _lambda_crash(twin: Twin, spec: LambdaCrash, armed: Armed) -> Plan:
     plan = twin.crashes[twin.function_name(spec.function)]
 
     def condition() -> bool:
-        if spec.function == "RecoverNodes":  # a moment when the step has something to do
+        if spec.function == "RecoverNodes":  # a moment when the step has, or is about to have, something to do
+            # A poll that decides a failure runs Recover decided nodes in the same step: arm while verdicts settle.
             records = twin.records(twin.scenario.cluster.name).values()
-            return any(r.state.value == "recovery_due" for r in records)
+            return any(
+                r.state.value == "recovery_due" or (r.state.value == "checking" and r.check_left_at is not None)
+                for r in records
+            )
         if spec.function == "PollCheck":  # mid-check, when a poll has something to record
             return bool(_in_check(twin))
         return True

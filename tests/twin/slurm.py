@@ -132,13 +132,17 @@ class Bridge:
         phase = random.Random(twin.scenario.seed + 11).uniform(0, self.interval)
         self.twin.at(twin.started_at + phase, self._sync)
 
+    def sync(self) -> None:
+        """One pass of the agent, as `hpdhc bridge` makes every interval."""
+        if self.twin.cluster_model.status != "InService":
+            return
+        groups = {g.name: g.name for g in self.twin.scenario.groups}  # partition name = group name
+        result = sync_once(self.twin.scenario.cluster.name, self.controller, self.slurm, groups)
+        self.syncs += 1
+        self.failed_syncs += bool(result.errors)
+
     def _sync(self) -> None:
-        cluster = self.twin.scenario.cluster.name
-        if self.twin.cluster_model.status == "InService":
-            groups = {g.name: g.name for g in self.twin.scenario.groups}  # partition name = group name
-            result = sync_once(cluster, self.controller, self.slurm, groups)
-            self.syncs += 1
-            self.failed_syncs += bool(result.errors)
+        self.sync()
         self.twin.at(self.twin.clock.now() + self.interval, self._sync)
 
 

@@ -1,0 +1,88 @@
+"""The Slurm bridge in the twin (`workload.slurm_bridge`): the real agent's sync against the twin's Slurm, through
+the real Api function. What it must buy: no job waits on an unvalidated node for longer than one sync interval,
+no check is skipped because of a job, and Slurm ends up with what each verdict says."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from deephealth.domain.nodes import NodeState
+from tests.simulation.invariants import assert_invariants
+from tests.twin.report import build_report
+from tests.twin.scenario import Scenario
+from tests.twin.simulation import Twin
+
+from .conftest import BASE_CONFIG
+
+SYNC_S = 60.0
+JOBS: dict[str, Any] = {
+    "name": "bridge",
+    "seed": 3,
+    "horizon_s": 12 * 3600,
+    "cluster": {"name": "bridge"},
+    "groups": [{"name": "p5", "count": 10, "arrival": {"start_s": 0, "spread_s": 1800}}],
+    "hardware": {"faulty_nodes": {"transient": 1, "persistent": 1}},
+    "check_duration_s": {"InstanceStress": [1200, 1500]},
+    "workload": {"utilisation": 0.8, "job_s": [1800, 3600], "sync_interval_s": SYNC_S},
+}
+
+
+def _run(controller_template: Any, bridge: bool) -> tuple[dict, dict[str, Any], dict[str, Any]]:
+    raw = {**JOBS, "workload": {**JOBS["workload"], "slurm_bridge": bridge}}
+    scenario = Scenario.model_validate({"version": 1, **raw})
+    with Twin(scenario, controller_template, scenario.controller_config(BASE_CONFIG)) as twin:
+        report = build_report(twin, twin.run())
+        if twin.bridge:
+            twin.bridge.sync()  # the run ends at the last verdict: Slurm hears of it at the bridge's next pass
+        records = twin.records("bridge")
+        slurm = twin.bridge.slurm if twin.bridge else None
+        cluster = twin.cluster_model
+        finals = {
+            key: (
+                r.state,
+                cluster.nodes[key].logical_id in twin.sim.drained,
+                slurm.reasons.get(cluster.nodes[key].instance_id) if slurm else None,
+                slurm.features.get(cluster.nodes[key].instance_id, ()) if slurm else (),
+            )
+            for key, r in records.items()
+            if key in cluster.nodes
+        }
+        counts = {
+            "syncs": twin.bridge.syncs if twin.bridge else 0,
+            "failed": twin.bridge.failed_syncs if twin.bridge else 0,
+        }
+    assert_invariants(report)
+    return report, finals, counts
+
+
+def test_the_bridge_keeps_jobs_off_unvalidated_nodes_and_slurm_ends_with_each_verdict(controller_template):
+    without, _, _ = _run(controller_template, bridge=False)
+    report, finals, counts = _run(controller_template, bridge=True)
+    exposed, bridged = without["exposure"], report["exposure"]
+    # Without it, a node takes jobs for as long as it waits for its round; with it, for one sync interval at most.
+    assert exposed["schedulable_before_check_s"]["max"] > 10 * SYNC_S
+    assert bridged["schedulable_before_check_s"]["max"] <= SYNC_S
+    assert bridged["skipped_by_job"] == 0
+    assert bridged["jobs_on_unvalidated"] < exposed["jobs_on_unvalidated"]
+    assert report["false_pass"] == 0 and counts["syncs"] > 0 and counts["failed"] == 0
+    for state, drained, reason, features in finals.values():
+        if state == NodeState.PASSED:
+            assert not drained and "HealthCheck:Passed" in features
+        else:  # replaced then failed again, quarantined...: drained, with a reason the controller owns
+            assert drained and reason is not None and reason.startswith("hpdhc: ")
+            assert "HealthCheck:Failed" in features or "HealthCheck:Skipped" in features
+    assert any(state == NodeState.PASSED for state, *_ in finals.values())
+
+
+def test_a_bridge_that_cannot_reach_the_controller_changes_nothing(controller_template, monkeypatch):
+    from tests.twin import slurm
+
+    def unreachable(self: Any, *args: Any, **kwargs: Any) -> Any:
+        raise ConnectionError("the API is unreachable")
+
+    monkeypatch.setattr(slurm.TwinController, "_call", unreachable)
+    report, finals, counts = _run(controller_template, bridge=True)
+    assert counts["syncs"] > 0 and counts["failed"] == counts["syncs"]
+    assert not any(drained for _, drained, _, _ in finals.values())  # no drain, no resume, no feature
+    assert not any(features for *_, features in finals.values())
+    assert report["false_pass"] == 0
