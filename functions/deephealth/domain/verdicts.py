@@ -111,7 +111,13 @@ def _after_check(record: NodeRecord, status: str, results: NodeResults) -> Judge
             recheck=False,
         )
     if results.passed and status == RUNNING:
-        return Judgement(Verdict.PASSED, (f"{IN_PROGRESS} -> Running; its result line says passed",))
+        if record.seen_in_progress or record.observe_only:
+            return Judgement(Verdict.PASSED, (f"{IN_PROGRESS} -> Running; its result line says passed",))
+        # A pass line, but no look saw this check run on it (another check's line?): not evidence enough.
+        return Judgement(
+            Verdict.SKIPPED,
+            (f"a result line says passed, but it was never seen in {IN_PROGRESS}: checked again",),
+        )
     if status == IN_PROGRESS:
         return Judgement(
             Verdict.INCONCLUSIVE,
