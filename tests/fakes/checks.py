@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import functools
 import json
 import random
 from collections.abc import Callable, Iterator
@@ -30,6 +31,10 @@ from tests.fakes.model import (
     _validation,
 )
 from tests.fakes.readings import Readings
+
+# `result_lines: per-test`: the tests a failing node still passed (its error line is DCGM's, FAULT_MSG), each with
+# its own line before the last; a healthy node writes them and its overall pass line.
+PASSING_TESTS = ("stress-ng", "EFA loopback")
 
 IN_CHECK = "DeepHealthCheckInProgress"
 
@@ -285,14 +290,20 @@ class HealthChecks:
     # ---- result log --------------------------------------------------------------------------------------
 
     def _write_result(self, c: Cluster, n: Node, passed: bool) -> None:
-        """The node's result line, stamped now; readable now, or ``log_lag_s`` later (CloudWatch ingestion)."""
+        """The node's result lines, stamped now; each readable now, or ``log_lag_s`` later (CloudWatch ingestion).
+        Under ``result_lines: per-test`` the tests that passed write their own pass lines first, and a failure is
+        the last line (so the pass lines of a faulty node may be read before its error)."""
         group = f"/aws/sagemaker/Clusters/{c.name}/{c.cluster_id}"
-        stream, line, stamp = self._result_stream(n), self._result_line(n, passed), self._t
-        lag = self._draw(self.readings.log_lag_s)
-        if lag == 0:
-            self._append_log(group, stream, stamp, line)
-        else:
-            self._at(c, lag, lambda: self._append_log(group, stream, stamp, line))
+        stream, stamp = self._result_stream(n), self._t
+        lines = [self._result_line(n, passed)]
+        if self.readings.result_lines == "per-test":
+            lines = [self._result_line(n, True, test) for test in PASSING_TESTS] + lines
+        for line in lines:
+            lag = self._draw(self.readings.log_lag_s)
+            if lag == 0:
+                self._append_log(group, stream, stamp, line)
+            else:
+                self._at(c, lag, functools.partial(self._append_log, group, stream, stamp, line))
 
     def _result_stream(self, n: Node) -> str:
         naming = self.readings.result_stream
@@ -302,14 +313,11 @@ class HealthChecks:
             return f"DeepHealthCheckResults/{self._hostname(n.private_ip).split('.')[0]}"
         return f"DeepHealthCheckResults/{n.instance_id}"
 
-    def _result_line(self, n: Node, passed: bool) -> str:
+    def _result_line(self, n: Node, passed: bool, test: str | None = None) -> str:
         naming = self.readings.result_line_instance
         if passed:
-            msg = (
-                f"Deep health check passed on instance {n.instance_id}"
-                if naming == "message"
-                else ("Deep health check passed")
-            )
+            what = f"{test} passed" if test else "Deep health check passed"
+            msg = f"{what} on instance {n.instance_id}" if naming == "message" else what
             line = {"level": "info", "ts": _iso(self._t), "msg": msg}
         else:
             msg = FAULT_MSG.format(region=self.region, itype=n.instance_type)

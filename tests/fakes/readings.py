@@ -58,6 +58,10 @@ class Readings(_Strict):
     result_stream: Literal["instance-id", "opaque", "hostname"] = "instance-id"
     # Where a result line names the instance: an `instance_id` field, the message text, or nowhere.
     result_line_instance: Literal["field", "message", "none"] = "none"
+    # Lines per node and check: one verdict line, or one line per test (stress-ng, DCGM, EFA), each ingested with
+    # its own lag, so a faulty node's pass lines may be readable before its error line (DCGM and EFA output has
+    # many lines [D-DHC]; how HyperPod condenses it is not documented).
+    result_lines: Literal["one", "per-test"] = "one"
     # CloudWatch ingestion: a result line becomes readable this long after its timestamp (the check's end).
     log_lag_s: Range = (0.0, 0.0)
     # Node status after a failed on-demand check under NodeRecovery=None.

@@ -92,6 +92,22 @@ def test_log_lag_delays_the_line_but_keeps_its_timestamp(env: Env) -> None:
     assert event["timestamp"] == round(end * 1000)
 
 
+def test_lines_per_test_put_a_faulty_nodes_pass_lines_before_its_error(env: Env) -> None:
+    good, bad, _ = workers(env.fake)
+    env.fake.set_truth("hp", bad, "fail")
+    env.fake.readings = Readings(result_lines="per-test", result_line_instance="field")
+    start(env)
+    env.fake.advance(30 + 3600)
+    streams = log_streams(env)
+    lines = {node: [json.loads(e["message"]) for e in streams[f"DeepHealthCheckResults/{iid(env, node)}"]]
+             for node in (good, bad)}  # fmt: skip
+    assert [(x["level"], x["msg"]) for x in lines[good]] == [
+        ("info", "stress-ng passed"), ("info", "EFA loopback passed"), ("info", "Deep health check passed")
+    ]  # fmt: skip
+    assert [x["level"] for x in lines[bad]] == ["info", "info", "error"]  # passes first, the failure last
+    assert all(x["instance_id"] == iid(env, bad) for x in lines[bad])
+
+
 def test_failed_status_in_progress_isolates_the_node_but_ends_the_check(env: Env) -> None:
     bad, good, other = workers(env.fake)
     env.fake.set_truth("hp", bad, "fail")

@@ -44,6 +44,7 @@ VARIANTS: list[tuple[str, Overrides]] = [
     ("stream-opaque-message", {"fidelity": {"result_stream": "opaque", "result_line_instance": "message"}}),
     # CloudWatch ingestion lag (#3, V3)
     ("log-lag", {"fidelity": {"log_lag_s": [0, 180]}}),
+    ("lines-per-test", {"fidelity": {"result_lines": "per-test"}}),
     # Status after a failed on-demand check under NodeRecovery=None (#4, V4)
     ("failed-in-progress", {"fidelity": {"failed_status": "DeepHealthCheckInProgress"}}),
     ("failed-failure", {"fidelity": {"failed_status": "Failure"}}),
@@ -109,6 +110,8 @@ VARIANTS: list[tuple[str, Overrides]] = [
             "workload": BUSY_30,
         },
     ),
+    # A faulty node's pass lines readable before its error line, each late by up to the settle time.
+    ("adv-per-test-lag", {"fidelity": {"result_lines": "per-test", "log_lag_s": [0, 180]}}),
     (
         "adv-stuck-supersede-slow",
         {
