@@ -8,6 +8,7 @@ from deephealth.domain.rounds import (
     MAX_IDS_PER_CONFIG,
     RoundState,
     build_check_request,
+    check_over,
     chunks,
     claimable,
     gather_delay,
@@ -131,3 +132,17 @@ def test_a_rounds_listing_window_spans_its_members_launch_times_and_names_a_lone
 def test_without_every_launch_time_a_round_lists_the_whole_cluster():
     assert listing_window([_listed("p5", 100.0), _listed("p5", None)]) is None
     assert listing_window([]) is None
+
+
+def test_a_round_may_end_once_its_check_is_over_but_not_past_an_isolated_failed_node():
+    left = [pending(i, state=NodeState.CHECKING, check_left_at=100.0, status="Running") for i in range(2)]
+    assert check_over(left, left)
+    assert not check_over([], left)  # nothing of its own in the check: the usual end applies
+    still_in = [*left[:1], left[1].model_copy(update={"check_left_at": None})]
+    assert not check_over(still_in, still_in)
+    # A failed node still showing DeepHealthCheckInProgress, due for recovery or about to be judged: the check
+    # operation must end before it can be told isolated from busy and recovered.
+    isolated = pending(9, state=NodeState.RECOVERY_DUE, status="DeepHealthCheckInProgress")
+    assert not check_over(left, [*left, isolated])
+    leaving = pending(8, state=NodeState.CHECKING, check_left_at=90.0, status="DeepHealthCheckInProgress")
+    assert not check_over(left, [*left, leaving])

@@ -11,7 +11,7 @@ from typing import Any, Literal, TypedDict, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict
 
-from deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState
+from deephealth.domain.nodes import IN_PROGRESS, NodeRecord, NodeSnapshot, NodeState
 from deephealth.domain.policy import GroupContext
 from deephealth.domain.verdicts import SKIP_GRACE_S
 
@@ -151,6 +151,21 @@ def gather_delay(candidates: list[NodeRecord], groups: dict[str, GroupContext], 
     policy = groups[candidates[0].group].policy  # candidates come oldest first
     until = min(ready[0] + policy.gather_window_s, max(ready) + policy.gather_quiet_s)
     return max(0, math.ceil(until - now))
+
+
+def check_over(members: Sequence[NodeRecord], records: Iterable[NodeRecord]) -> bool:
+    """Whether a round may end before its members are judged: every member is out of the check and only waits for
+    its result line to settle, so HyperPod's check is over, and the next round need not wait out the settle time
+    (its looks judge these nodes when their lines are due). Not while a failed node still shows
+    DeepHealthCheckInProgress (a reading the docs allow): it can only be told isolated from busy, and recovered,
+    once no check operation runs, so the next check must wait for it."""
+    if not members or any(r.check_left_at is None for r in members):
+        return False
+    return not any(
+        r.status == IN_PROGRESS
+        and (r.state == NodeState.RECOVERY_DUE or (r.state == NodeState.CHECKING and r.check_left_at is not None))
+        for r in records
+    )
 
 
 def group_checks(checks: Sequence[str], nodes_in_group: int) -> list[str]:

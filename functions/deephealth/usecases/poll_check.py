@@ -5,8 +5,14 @@ from __future__ import annotations
 import math
 
 from deephealth.domain.errors import ClusterNotFound
-from deephealth.domain.nodes import IN_PROGRESS, NodeState
-from deephealth.domain.rounds import FULL_OBSERVE_S, RoundState, build_check_request, expected_check_s, next_wait
+from deephealth.domain.rounds import (
+    FULL_OBSERVE_S,
+    RoundState,
+    build_check_request,
+    check_over,
+    expected_check_s,
+    next_wait,
+)
 from deephealth.usecases.context import Context
 from deephealth.usecases.observe_cluster import close_cluster, observe_cluster, observe_members, settling_elsewhere
 
@@ -36,20 +42,7 @@ def poll_check(ctx: Context, state: RoundState) -> RoundState:
         return state.model_copy(update={"done": True, "wait_s": 0, "recovery_due": 0})
     members = view.members(state.round_id)
     polls = state.polls + 1
-    # Every member is out of the check and only waits for its result line to settle: HyperPod's check is over,
-    # so the round ends now if another round has work, rather than hold the cluster through the settle time;
-    # that round's polls judge these nodes when their lines are due (`judge_at`).
-    # Not while a failed node still shows DeepHealthCheckInProgress (a reading the docs allow): it can only be
-    # told isolated from busy, and recovered, once no check operation runs, so the next check must wait.
-    handed_on = full and bool(members) and all(r.check_left_at is not None for r in members)
-    isolated = [
-        r
-        for r in view.records.values()
-        if r.status == IN_PROGRESS
-        and (r.state == NodeState.RECOVERY_DUE or (r.state == NodeState.CHECKING and r.check_left_at is not None))
-    ]
-    handed_on = handed_on and not isolated
-    handed_on = handed_on and ctx.progress(view) is not None
+    handed_on = full and check_over(members, view.records.values()) and ctx.progress(view) is not None
     done = not members or handed_on or polls >= MAX_POLLS
     started = state.started_at or now
     configs = build_check_request(members, view.groups) if members else []
