@@ -23,8 +23,6 @@ import argparse
 import json
 import logging
 import math
-import re
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -34,17 +32,16 @@ from typing import Protocol
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from hpdhc.client import DEFAULT_STACK, ApiError, Json, OperatorClient
+from hpdhc.client import ApiError, Json, OperatorClient, add_api_options
+from hpdhc.scontrol import OWNED_PREFIX, Actual, Scontrol, Slurm, SlurmError, SlurmNode
 
 # The controller's vocabulary (deephealth.domain.slurm holds the same; tests/unit/test_slurm_bridge.py checks).
-OWNED_PREFIX = "hpdhc: "
 AWAITING = OWNED_PREFIX + "awaiting deep health check"
 FEATURE_KEY = "HealthCheck"
 
 PROVISIONING_PARAMETERS = "/opt/ml/config/provisioning_parameters.json"
 DEFAULT_INTERVAL_S = 60.0
 INTERVAL_BOUNDS_S = (10.0, 600.0)  # a controller-suggested interval is kept within these
-SCONTROL_TIMEOUT_S = 60.0
 
 log = logging.getLogger("hpdhc.bridge")
 
@@ -58,27 +55,6 @@ class Desired:
 
     reason: str | None
     feature: str  # HealthCheck:InProgress|Passed|Failed|Skipped
-
-
-@dataclass(frozen=True)
-class Actual:
-    """A node as `scontrol show node` reports it."""
-
-    drained: bool  # DRAIN (draining or drained)
-    reason: str | None
-    features: tuple[str, ...]  # ActiveFeatures
-    available: tuple[str, ...] | None = None  # AvailableFeatures; None: the same as ActiveFeatures
-
-    @property
-    def owned(self) -> bool:
-        return bool(self.reason and self.reason.startswith(OWNED_PREFIX))
-
-
-@dataclass(frozen=True, kw_only=True)
-class SlurmNode(Actual):
-    name: str
-    partitions: tuple[str, ...] = ()
-    busy: bool = False  # a running or completing job on it
 
 
 def changes(desired: Desired, actual: Actual) -> list[str]:
@@ -113,106 +89,7 @@ def unknown_node_drain(node: SlurmNode, isolating_partitions: set[str]) -> list[
     return ["State=DRAIN", f"Reason={AWAITING}"]
 
 
-# ---------------------------------------------------------------------- reading `scontrol -o show node`
-
-_KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z_]*)=")
-# Slurm appends who set a reason and when: "Reason=admin maintenance [root@2026-12-03T18:03:26]".
-_REASON_STAMP = re.compile(r" \[[^\[\]\s@]+@[^\[\]\s]+\]")
-# scontrol prints the base state and its flags (IDLE+DRAIN, ALLOCATED+DRAIN, IDLE+COMPLETING+DRAIN); the short
-# names (DRAINED, DRAINING: sinfo's %T) are read too.
-_DRAIN_FLAGS = {"DRAIN", "DRAINING", "DRAINED"}
-_BUSY_FLAGS = {"ALLOCATED", "MIXED", "COMPLETING", "DRAINING"}
-
-
-def parse_nodes(text: str) -> dict[str, SlurmNode]:
-    """Every node of `scontrol -o show node` output (one node a line), by name."""
-    nodes = (parse_node(line) for line in text.splitlines())
-    return {n.name: n for n in nodes if n is not None}
-
-
-def parse_node(line: str) -> SlurmNode | None:
-    """One `scontrol -o show node` line; None for a line that is no node (`No nodes in the system`).
-
-    Values may hold spaces (`OS=Linux 6.1 #1 SMP ...`): a value runs to the next ` Key=`. The reason is free
-    text and comes after every fixed field, so it is cut off first and ends at Slurm's `[user@time]` stamp."""
-    head, _, tail = line.strip().partition(" Reason=")
-    fields = _fields(head)
-    if not fields.get("NodeName"):
-        return None
-    reason: str | None = None
-    if tail:
-        stamp = _REASON_STAMP.search(tail)
-        reason = tail[: stamp.start()] if stamp else _fields("Reason=" + tail)["Reason"]
-    flags = set(fields.get("State", "").split("+"))
-    return SlurmNode(
-        name=fields["NodeName"],
-        drained=bool(flags & _DRAIN_FLAGS),
-        reason=reason or None,
-        features=_listed(fields.get("ActiveFeatures")),
-        available=_listed(fields.get("AvailableFeatures")),
-        partitions=_listed(fields.get("Partitions")),
-        busy=bool(flags & _BUSY_FLAGS),
-    )
-
-
-def _fields(text: str) -> dict[str, str]:
-    keys = list(_KEY.finditer(text))
-    ends = [k.start() for k in keys[1:]] + [len(text)] if keys else []
-    return {k.group(1): text[k.end() : end].strip() for k, end in zip(keys, ends, strict=True)}
-
-
-def _listed(value: str | None) -> tuple[str, ...]:
-    if not value or value == "(null)":
-        return ()
-    return tuple(v for v in value.split(",") if v)
-
-
-# ---------------------------------------------------------------------- Slurm and the controller
-
-
-class SlurmError(RuntimeError):
-    """Slurm could not be read or refused an update."""
-
-
-class Slurm(Protocol):
-    """What the bridge needs of Slurm: its nodes, and one node's update (raising SlurmError when refused)."""
-
-    def nodes(self) -> dict[str, SlurmNode]: ...
-
-    def update(self, node: str, args: list[str]) -> None: ...
-
-
-# What an update may say: drain, resume, reason, features. Nothing that stops a job (DOWN, FAIL, POWER_DOWN...).
-_SAFE_ARG = re.compile(r"State=(DRAIN|RESUME)|Reason=[^\n]+|(Available|Active)Features=[^\s=]*")
-
-
-class Scontrol(Slurm):
-    """Slurm through its `scontrol` binary (the cluster's slurm.conf, or $SLURM_CONF)."""
-
-    def __init__(self, binary: str = "scontrol", timeout_s: float = SCONTROL_TIMEOUT_S) -> None:
-        self.binary = binary
-        self.timeout_s = timeout_s
-
-    def nodes(self) -> dict[str, SlurmNode]:
-        return parse_nodes(self._run(["-o", "show", "node"]))
-
-    def update(self, node: str, args: list[str]) -> None:
-        unsafe = [a for a in args if not _SAFE_ARG.fullmatch(a)]
-        if unsafe or not args:
-            raise SlurmError(f"refused to run scontrol update NodeName={node} with {unsafe or 'nothing'}")
-        self._run(["update", f"NodeName={node}", *args])
-
-    def _run(self, args: list[str]) -> str:
-        try:
-            done = subprocess.run(
-                [self.binary, *args], capture_output=True, text=True, timeout=self.timeout_s, check=False
-            )
-        except (OSError, subprocess.TimeoutExpired) as err:
-            raise SlurmError(f"scontrol {' '.join(args)}: {err}") from None
-        if done.returncode != 0:
-            message = (done.stderr or done.stdout).strip() or f"exit code {done.returncode}"
-            raise SlurmError(f"scontrol {' '.join(args)}: {message}")
-        return done.stdout
+# ---------------------------------------------------------------------- the controller
 
 
 class Controller(Protocol):
@@ -393,10 +270,7 @@ def parser(prog: str = "hpdhc bridge") -> argparse.ArgumentParser:
         "controller's API says, and report which of them run jobs. Runs on the Slurm controller node.",
     )
     p.add_argument("--cluster", required=True, help="the HyperPod cluster's name")
-    p.add_argument("--endpoint", help="API URL (default: the stack's ApiEndpoint output)")
-    p.add_argument("--stack", default=DEFAULT_STACK, help="stack to read the endpoint from")
-    p.add_argument("--profile")
-    p.add_argument("--region")
+    add_api_options(p)
     p.add_argument(
         "--interval",
         type=_seconds,

@@ -26,7 +26,7 @@ import sys
 from botocore.exceptions import BotoCoreError, ClientError
 
 from hpdhc import bridge
-from hpdhc.client import DEFAULT_STACK, ApiError, OperatorClient
+from hpdhc.client import ApiError, OperatorClient, add_api_options
 from hpdhc.commands import COMMANDS
 
 SIMULATE = "simulate"
@@ -68,10 +68,7 @@ def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="hpdhc", description="hyperpod-dhc command line")
     sub = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
     api = argparse.ArgumentParser(add_help=False)
-    api.add_argument("--endpoint", help="API URL (default: the stack's ApiEndpoint output)")
-    api.add_argument("--stack", default=DEFAULT_STACK, help="stack to read the endpoint from")
-    api.add_argument("--profile")
-    api.add_argument("--region")
+    add_api_options(api)
     api.add_argument("--json", action="store_true", help="print the API's JSON")
 
     status = sub.add_parser("status", parents=[api], help="progress per cluster or per instance group")

@@ -8,6 +8,7 @@ endpoint is the stack's `ApiEndpoint` output unless one is given.
 
 from __future__ import annotations
 
+import argparse
 import json
 import urllib.error
 import urllib.parse
@@ -26,6 +27,14 @@ SLURM_PAGE = 1000  # nodes per page of the desired Slurm state, and per occupanc
 LOCAL_HOSTS = ("127.0.0.1", "localhost")  # the twin's local API (`hpdhc simulate --serve`) checks no signature
 
 Json = dict[str, Any]
+
+
+def add_api_options(parser: argparse.ArgumentParser) -> None:
+    """The options that say which API to call and as whom, the same for every command that calls it."""
+    parser.add_argument("--endpoint", help="API URL (default: the stack's ApiEndpoint output)")
+    parser.add_argument("--stack", default=DEFAULT_STACK, help="stack to read the endpoint from")
+    parser.add_argument("--profile")
+    parser.add_argument("--region")
 
 
 class ApiError(RuntimeError):

@@ -15,8 +15,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from hpdhc import cli
-from hpdhc.bridge import AWAITING, ApiController, Controller, Scontrol, SlurmNode, SyncResult, sync_once
+from hpdhc.bridge import AWAITING, ApiController, Controller, SyncResult, sync_once
 from hpdhc.client import OperatorClient
+from hpdhc.scontrol import Scontrol, SlurmNode
 from tests.integration.slurm_cluster import PROVISIONING_PARAMETERS, SlurmCluster
 
 A, B, C = "ip-10-0-0-1", "ip-10-0-0-2", "ip-10-0-0-3"

@@ -13,7 +13,8 @@ import json
 import random
 from typing import TYPE_CHECKING, Any
 
-from hpdhc.bridge import SlurmError, SlurmNode, sync_once
+from hpdhc.bridge import sync_once
+from hpdhc.scontrol import SlurmError, SlurmNode
 from tests.fakes.checks import IN_CHECK
 from tests.harness.api_gateway import proxy_event, refusal
 from tests.twin.scenario import CONTROLLER_GROUP
@@ -35,6 +36,7 @@ class TwinSlurm:
         self.drained_instance: dict[str, str] = {}  # logical id -> the instance the agent drained
         self.features: dict[str, tuple[str, ...]] = {}  # instance id -> ActiveFeatures
         self.updates = 0  # scontrol updates applied
+        self._seen: dict[str, Any] = {}  # Slurm name -> fake node, as the last `nodes()` found them
 
     def _nodes(self) -> dict[str, Any]:
         sim, cluster = self.twin.sim, self.twin.cluster_model
@@ -48,7 +50,8 @@ class TwinSlurm:
     def nodes(self) -> dict[str, SlurmNode]:
         sim, now = self.twin.sim, self.twin.clock.now()
         listed = {}
-        for name, n in self._nodes().items():
+        self._seen = self._nodes()  # the pass's updates follow at the same instant: one scan of the cluster
+        for name, n in self._seen.items():
             drained = n.logical_id in sim.drained
             if drained and self.drained_instance.get(n.logical_id, n.instance_id) != n.instance_id:
                 # A replacement: a new instance registers as a new Slurm node, not drained.
@@ -66,7 +69,7 @@ class TwinSlurm:
         return listed
 
     def update(self, node: str, args: list[str]) -> None:
-        n = self._nodes().get(node)
+        n = self._seen.get(node) or self._nodes().get(node)
         if n is None:
             raise SlurmError(f"scontrol update NodeName={node}: Invalid node name specified")
         fields = dict(a.split("=", 1) for a in args)

@@ -18,21 +18,9 @@ from deephealth.domain import slurm as domain
 from deephealth.domain.nodes import NodeRecord, NodeState, Outcome, Verdict
 from deephealth.domain.slurm import AWAITING, OWNED_PREFIX, RUNNING_CHECK, Feature, desired_state
 from hpdhc import bridge, cli
-from hpdhc.bridge import (
-    Actual,
-    Desired,
-    Scontrol,
-    SlurmError,
-    SlurmNode,
-    SyncResult,
-    changes,
-    load_partitions,
-    parse_node,
-    parse_nodes,
-    sync_once,
-    unknown_node_drain,
-)
+from hpdhc.bridge import Desired, SyncResult, changes, load_partitions, sync_once, unknown_node_drain
 from hpdhc.client import ApiError, OperatorClient
+from hpdhc.scontrol import Actual, Scontrol, SlurmError, SlurmNode, parse_node, parse_nodes
 
 SNIPPET = Path(bridge.__file__).parent / "lifecycle" / "install_slurm_bridge.sh"
 
