@@ -1,6 +1,6 @@
 """On-demand deep health checks as the HyperPod fake plays them: StartClusterHealthCheck, the cluster operation
 each accepted request is (ListClusterOperations / DescribeClusterOperation), the node's way through the
-check, and its result line in CloudWatch Logs.
+check, and its result lines in CloudWatch Logs (their format, stream and which lines are written are readings).
 
 A mixin of ``FakeHyperPod`` (``tests/fakes/hyperpod.py``), split out for size only; the undocumented choices
 are read from ``self.readings`` (``tests/fakes/readings.py``) at the moment of use.
@@ -11,9 +11,11 @@ from __future__ import annotations
 import copy
 import fnmatch
 import functools
+import hashlib
 import json
 import random
-from collections.abc import Callable, Iterator
+import uuid
+from collections.abc import Callable, Collection, Iterator
 from typing import TYPE_CHECKING, Any
 
 from tests.fakes.model import (
@@ -24,6 +26,7 @@ from tests.fakes.model import (
     Cluster,
     HealthCheck,
     Node,
+    PeerSet,
     _check_node_ids,
     _iso,
     _ms,
@@ -35,6 +38,24 @@ from tests.fakes.readings import Readings
 # `result_lines: per-test`: the tests a failing node still passed (its error line is DCGM's, FAULT_MSG), each with
 # its own line before the last; a healthy node writes them and its overall pass line.
 PASSING_TESTS = ("stress-ng", "EFA loopback")
+
+# `result_format: doc-plain`: the on-node lines the Slurm deep-health-checks page documents, one per test, each
+# "<ts>  info  <text>". The DCGM summary carries the verdict of a GPU fault (FAULT_MSG's "DCGM ... failed").
+EFA_DEVICES = ("rdmap0s29", "rdmap0s30")
+STRESS_LINES = ("stress-ng success", "GpuPci Count check success")
+DCGM_SUMMARY = (
+    "DCGM diagnostic health summary: dcgmCheckLevel: 4 dcgmVersion: 3.3.7 gpuDriverVersion: 535.183.01, "
+    "gpuDeviceIds: [2330] replacementRequired: {replace} rebootRequired: {reboot}"
+)
+EFA_LINE = "EFA Loopback check passed for device: {device}"
+EFA_FAILED = "EFA Loopback check failed for device: {device}"  # `faulty_test: efa` (undocumented wording)
+# InstanceConnectivity's line (per node, or per configuration under `nccl_summary`): it names no node.
+NCCL_SUMMARY = (
+    "Nccl test successful. Summary: NcclMaxAlgoBw: 181.52, NcclAvgAlgoBw: 170.08, NcclNodes: {nodes}, "
+    "NcclClusterMessage:"
+)
+MNTV_LINE = "MultiNodeTrainingValidation passed"  # no documented line
+PEER_LINE = "NCCL all_reduce with peer {instance_id} ({hostname}) passed"  # `peer_lines`
 
 IN_CHECK = "DeepHealthCheckInProgress"
 
@@ -72,11 +93,14 @@ class HealthChecks:
             raise _validation("DeepHealthCheckConfigurations must have between 1 and 99 items.")
         targets: dict[str, set[str]] = {}  # logical id -> check types; overlapping configs merge [MODEL]
         unsupported: list[str] = []  # unsupported_types skip: part of the request, never checked
+        connectivity: list[list[Node]] = []  # the configurations whose nodes NCCL tests together
         for cfg in configs:
             members = self._config_members(c, cfg)
             if self._unsupported(c, cfg["InstanceGroupName"]):
                 unsupported += [n.logical_id for n in members]
                 continue
+            if "InstanceConnectivity" in cfg["DeepHealthChecks"]:
+                connectivity.append(members)
             for n in members:
                 targets.setdefault(n.logical_id, set()).update(cfg["DeepHealthChecks"])
 
@@ -101,8 +125,20 @@ class HealthChecks:
                 check.results.setdefault(lid, "skip")  # silently: no status change, no result line
         for lid, checks in targets.items():
             self._enqueue_check(c, check, c.nodes[lid], checks, restart=lid in restart)
+        for members in connectivity:
+            self._add_peer_set(c, check, members)
         self._maybe_end_check(c, check)
         return {"ClusterArn": c.arn}
+
+    def _add_peer_set(self, c: Cluster, check: HealthCheck, members: list[Node]) -> None:
+        """One configuration with InstanceConnectivity: its nodes (skipped ones too) are each other's peers."""
+        s = PeerSet(members=[n.logical_id for n in members])
+        s.open = {lid for lid in s.members if lid in check.pending and lid not in check.holding}
+        s.began = sum(1 for lid in s.members if lid in check.began)  # merged: some may have begun already
+        s.stream = self._summary_stream(f"{c.arn}/{check.operation_id}/{len(check.peer_sets)}")
+        check.peer_sets.append(s)
+        for lid in s.members:
+            check.peers_of.setdefault(lid, []).append(s)
 
     def _config_members(self, c: Cluster, cfg: dict[str, Any]) -> list[Node]:
         """The nodes one configuration names, or ValidationException (the model lists only ResourceNotFound)."""
@@ -163,6 +199,10 @@ class HealthChecks:
         old.superseded = True
         restart = set()
         for n in [n for n in c.nodes.values() if n.logical_id in old.pending]:  # seq order: reproducible
+            if n.logical_id in old.holding:  # isolated_holds_operation: its check is over, it stays isolated
+                old.holding.discard(n.logical_id)
+                self._check_finished(c, old, n, "fail")
+                continue
             if n.logical_id in targets:
                 restart.add(n.logical_id)
             elif n.status == IN_CHECK:
@@ -222,19 +262,28 @@ class HealthChecks:
             self._check_finished(c, check, n, "skip")
             return
         n.status = IN_CHECK
-        self._at(c, self._duration(checks), lambda: self._check_ends(c, check, n))
+        check.began.add(n.logical_id)
+        for s in check.peers_of.get(n.logical_id, ()):
+            s.began += 1
+        self._at(c, self._duration(checks), lambda: self._check_ends(c, check, n, checks))
 
-    def _check_ends(self, c: Cluster, check: HealthCheck, n: Node) -> None:
-        if n.logical_id not in check.pending:
+    def _check_ends(self, c: Cluster, check: HealthCheck, n: Node, checks: Collection[str] | None = None) -> None:
+        lid = n.logical_id
+        if lid not in check.pending or lid in check.holding:
             return  # the node left the check early (replaced mid-check, superseded)
         passed = n.truth != "fail"  # a check that already started is not skipped any more
-        self._write_result(c, n, passed=passed)
+        peers = check.peers_of.get(lid)
+        self._write_result(c, n, passed=passed, checks=checks, peers=peers[0] if peers else None)
         if passed:
             n.status = "Running"
         elif c.node_recovery == "Automatic":
             self._auto_recover(c, n)
         else:
             self._failed_status(c, n)
+        self._leave_peer_sets(c, check, n, completed=True)
+        if not passed and n.isolated and self.readings.isolated_holds_operation:
+            check.holding.add(lid)  # still pending: the operation waits for a reboot or replacement
+            return
         self._check_finished(c, check, n, "pass" if passed else "fail")
 
     def _auto_recover(self, c: Cluster, n: Node) -> None:
@@ -266,17 +315,40 @@ class HealthChecks:
         shown = self.readings.failed_status
         if shown == "Running":
             n.status = "Running"
-        elif shown == IN_CHECK:  # "remains isolated" until someone reboots or replaces it
-            n.status, n.isolated = IN_CHECK, True
-        else:  # [D-CPE] Failure: HyperPod retries with a new instance
+        elif shown == "Failure":  # [D-CPE] Failure: HyperPod retries with a new instance (if failure_retried)
             self._fail_then_retry(c, n, lambda: self._replace(c, n, "hyperpod"))
+        else:  # "remains isolated" until someone reboots or replaces it (Failed, DeepHealthCheckFailed: off-enum)
+            n.status, n.isolated = shown, True
+
+    def _release_hold(self, c: Cluster, n: Node) -> None:
+        """isolated_holds_operation: the held node is rebooted or replaced (by anyone): it leaves its check."""
+        check = c.check  # a check that holds a node cannot end, so it is the active one
+        if check is not None and n.logical_id in check.holding:
+            check.holding.discard(n.logical_id)
+            self._check_finished(c, check, n, "fail")
 
     def _check_finished(self, c: Cluster, check: HealthCheck, n: Node, outcome: str) -> None:
         check.results[n.logical_id] = outcome
         check.pending.discard(n.logical_id)
         check.queued.discard(n.logical_id)
         check.held.discard(n.logical_id)
+        self._leave_peer_sets(c, check, n, completed=False)
         self._maybe_end_check(c, check)
+
+    def _leave_peer_sets(self, c: Cluster, check: HealthCheck, n: Node, completed: bool) -> None:
+        """``n`` is done with its connectivity test (``completed``: it ran to the end). Under ``nccl_summary`` the
+        last member of a configuration to be done writes the configuration's anonymous summary line, stamped when
+        the first member completed (NCCL tests a set together: one member out of the check means the set's test
+        was over; per-node check durations are drawn apart here, so the line is only written once all are done)."""
+        for s in check.peers_of.get(n.logical_id, ()):
+            if n.logical_id not in s.open:
+                continue
+            s.open.discard(n.logical_id)
+            s.completed += completed
+            if completed and s.first_end is None:
+                s.first_end = self._t
+            if not s.open and s.completed and self.readings.nccl_summary:
+                self._write_nccl_summary(c, s.stream, s.completed, s.first_end or self._t)
 
     def _maybe_end_check(self, c: Cluster, check: HealthCheck) -> None:
         if not check.pending and check.ended is None:
@@ -289,15 +361,24 @@ class HealthChecks:
 
     # ---- result log --------------------------------------------------------------------------------------
 
-    def _write_result(self, c: Cluster, n: Node, passed: bool) -> None:
-        """The node's result lines, stamped now; each readable now, or ``log_lag_s`` later (CloudWatch ingestion).
-        Under ``result_lines: per-test`` the tests that passed write their own pass lines first, and a failure is
-        the last line (so the pass lines of a faulty node may be read before its error)."""
+    def _write_result(
+        self,
+        c: Cluster,
+        n: Node,
+        passed: bool,
+        checks: Collection[str] | None = None,
+        peers: PeerSet | None = None,
+    ) -> None:
+        """The node's result lines for ``checks`` (default: InstanceStress), stamped now; each readable now, or
+        ``log_lag_s`` later (CloudWatch ingestion). Under ``result_lines: per-test`` (json) or ``doc-plain`` the
+        tests that passed write their own lines first, and a failure line is the last line (so the pass lines of
+        a faulty node may be read before its failure). ``peers``: the node's InstanceConnectivity configuration."""
+        stream = self._result_stream(n)  # drawn (opaque) even when no line follows, so later draws do not move
+        checks = ("InstanceStress",) if checks is None else checks
+        self._put_lines(c, stream, self._t, self._result_lines(c, n, passed, checks, peers))
+
+    def _put_lines(self, c: Cluster, stream: str, stamp: float, lines: list[str]) -> None:
         group = f"/aws/sagemaker/Clusters/{c.name}/{c.cluster_id}"
-        stream, stamp = self._result_stream(n), self._t
-        lines = [self._result_line(n, passed)]
-        if self.readings.result_lines == "per-test":
-            lines = [self._result_line(n, True, test) for test in PASSING_TESTS] + lines
         for line in lines:
             lag = self._draw(self.readings.log_lag_s)
             if lag == 0:
@@ -310,28 +391,116 @@ class HealthChecks:
         if naming == "opaque":  # one new stream per node and check
             return f"DeepHealthCheckResults/{self._reading_uuid()}"
         if naming == "hostname":
-            return f"DeepHealthCheckResults/{self._hostname(n.private_ip).split('.')[0]}"
+            return f"DeepHealthCheckResults/{self._agent_hostname(n)}"
+        if naming == "logical-id":
+            return f"DeepHealthCheckResults/{n.logical_id}"
         return f"DeepHealthCheckResults/{n.instance_id}"
 
-    def _result_line(self, n: Node, passed: bool, test: str | None = None) -> str:
-        naming = self.readings.result_line_instance
-        if passed:
-            what = f"{test} passed" if test else "Deep health check passed"
-            msg = f"{what} on instance {n.instance_id}" if naming == "message" else what
-            line = {"level": "info", "ts": _iso(self._t), "msg": msg}
+    def _result_lines(
+        self, c: Cluster, n: Node, passed: bool, checks: Collection[str], peers: PeerSet | None
+    ) -> list[str]:
+        r = self.readings
+        nccl = "InstanceConnectivity" in checks
+        peer_texts = self._peer_texts(c, n, peers) if nccl and r.peer_lines else []
+        if r.result_format == "doc-plain":
+            lines = [self._plain_line(n, text) for text in self._plain_texts(n, passed, checks, peers, peer_texts)]
+        elif r.pass_line == "none":
+            lines = []
         else:
-            msg = FAULT_MSG.format(region=self.region, itype=n.instance_type)
-            if naming == "message":
-                msg += f" Instance: {n.instance_id}"
-            line = {"level": "error", "ts": _iso(self._t), "msg": msg}
+            tests = PASSING_TESTS if r.result_lines == "per-test" else ()
+            lines = [self._result_line(n, True, test) for test in tests]
+            lines += [self._json_line(n, "info", text) for text in peer_texts]
+            if passed:
+                # nccl_summary: the node's line no longer vouches for connectivity
+                lines.append(self._result_line(n, True, "InstanceStress" if nccl and r.nccl_summary else None))
+        if not passed and r.failure_line != "none":
+            lines.append(self._result_line(n, False, level=r.failure_line))
+        return lines
+
+    def _plain_texts(
+        self, n: Node, passed: bool, checks: Collection[str], peers: PeerSet | None, peer_texts: list[str]
+    ) -> list[str]:
+        """doc-plain: the texts of the node's plain lines (its failure line, if any, is a JSON line after them)."""
+        gpu = not passed and self.readings.faulty_test == "dcgm"
+        dcgm = DCGM_SUMMARY.format(
+            replace=str(gpu and n.cured_by == "replace").lower(), reboot=str(gpu and n.cured_by == "reboot").lower()
+        )
+        efa = [EFA_LINE.format(device=d) for d in EFA_DEVICES]
+        if not passed and not gpu:
+            efa[-1] = EFA_FAILED.format(device=EFA_DEVICES[-1])
+        if self.readings.pass_line == "none":  # only the failure evidence
+            return ([dcgm] if gpu else efa[-1:]) if not passed and "InstanceStress" in checks else []
+        texts: list[str] = []
+        if "InstanceStress" in checks:
+            texts += [*STRESS_LINES, dcgm, *efa]
+        if "InstanceConnectivity" in checks and not self.readings.nccl_summary:
+            texts.append(NCCL_SUMMARY.format(nodes=peers.began if peers else 1))
+        texts += peer_texts
+        if "MultiNodeTrainingValidation" in checks:
+            texts.append(MNTV_LINE)
+        return texts
+
+    def _peer_texts(self, c: Cluster, n: Node, peers: PeerSet | None) -> list[str]:
+        """peer_lines: one line per other node of the configuration (skipped or faulty ones too), naming it."""
+        if peers is None:
+            return []
+        return [
+            PEER_LINE.format(instance_id=p.instance_id, hostname=self._agent_hostname(p))
+            for p in (c.nodes[lid] for lid in peers.members if lid != n.logical_id and lid in c.nodes)
+        ]
+
+    def _result_line(self, n: Node, passed: bool, test: str | None = None, level: str = "error") -> str:
+        """A JSON line: the verdict (``test`` None), a pass line of one test, or the failure line at ``level``."""
+        if passed:
+            return self._json_line(n, "info", f"{test} passed" if test else "Deep health check passed")
+        return self._json_line(n, level, FAULT_MSG.format(region=self.region, itype=n.instance_type), failure=True)
+
+    def _json_line(self, n: Node, level: str, msg: str, failure: bool = False) -> str:
+        naming = self.readings.result_line_instance
+        if naming == "message":
+            msg += f" Instance: {n.instance_id}" if failure else f" on instance {n.instance_id}"
+        line = {"level": level, "ts": _iso(self._t), "msg": msg + self._host_suffix(n)}
         if naming == "field":
             line["instance_id"] = n.instance_id
         return json.dumps(line)
 
+    def _plain_line(self, n: Node, text: str) -> str:
+        """doc-plain: ``<ts>  info  <text>``; a plain line has no field, so `field` names the instance as text."""
+        if self.readings.result_line_instance != "none":
+            text += f" instance: {n.instance_id}"
+        return f"{_iso(self._t)}  info  {text}{self._host_suffix(n)}"
+
+    def _write_nccl_summary(self, c: Cluster, stream: str, nodes: int, stamp: float) -> None:
+        """nccl_summary: one anonymous line (no instance, no host) into the configuration's opaque stream."""
+        text = NCCL_SUMMARY.format(nodes=nodes)
+        if self.readings.result_format == "doc-plain":
+            line = f"{_iso(stamp)}  info  {text}"
+        else:
+            line = json.dumps({"level": "info", "ts": _iso(stamp), "msg": text})
+        self._put_lines(c, stream, stamp, [line])
+
+    def _summary_stream(self, key: str) -> str:
+        """nccl_summary: an opaque stream shaped like `result_stream: opaque` ones (a version-4 UUID), derived
+        from ``key`` rather than drawn, so that no reading's draws move."""
+        name = uuid.UUID(bytes=hashlib.sha256(key.encode()).digest()[:16], version=4)
+        return f"DeepHealthCheckResults/{name}"
+
+    def _agent_hostname(self, n: Node) -> str:
+        """The short hostname the node's agent names it by: the listed one, or (foreign_hostnames) one on an
+        unlisted 192.168 network, derived from the instance id (stable per instance, no draw)."""
+        if self.readings.foreign_hostnames:
+            digest = hashlib.sha256(n.instance_id.encode()).digest()
+            return f"ip-192-168-{digest[0]}-{1 + digest[1] % 254}"
+        return self._hostname(n.private_ip).split(".")[0]
+
+    def _host_suffix(self, n: Node) -> str:
+        return f" host: {self._agent_hostname(n)}" if self.readings.foreign_hostnames else ""
+
     def _append_log(self, group: str, stream: str, stamp: float, line: str) -> None:
         """Append to moto's CloudWatch Logs through its backend objects, not PutLogEvents: moto (like AWS)
         silently rejects events older than 14 days or more than 2 h ahead of *wall* time, and virtual time is
-        neither."""
+        neither. The event's ingestion time is the virtual time of the append (moto stamps wall time), so
+        ``ingestionTime - timestamp`` is the lag."""
         from moto.logs.models import logs_backends
 
         backend = logs_backends[self.account][self.region]
@@ -340,7 +509,9 @@ class HealthChecks:
         log_group = backend.groups[group]
         if stream not in log_group.streams:
             log_group.create_log_stream(stream)
-        log_group.streams[stream].put_log_events([{"timestamp": _ms(stamp), "message": line}])
+        log_stream = log_group.streams[stream]
+        log_stream.put_log_events([{"timestamp": _ms(stamp), "message": line}])
+        log_stream.events[-1].ingestion_time = _ms(self._t)
 
     # ---- cluster operations ------------------------------------------------------------------------------
 

@@ -17,10 +17,12 @@ Use it inside ``moto.mock_aws()``::
 
 Shapes follow the botocore 1.44.8 service model. Behaviour AWS does not document is marked ``INFERRED``
 where it is decided. Where several readings are plausible, the fake plays the one in ``self.readings``
-(``tests/fakes/readings.py``: result log stream and line, log lag, status after a failed check, a second
-request, queued status, HyperPod's own recovery, unsupported instance types, launch failures, vanishing
-nodes, the creation-time filter, check start delay, EventBridge metadata, event wording); its defaults are
-the choices below. The ones a controller can notice:
+(``tests/fakes/readings.py``: result log stream, line format and naming, lines per test, the failure and
+pass lines, log lag, status after a failed check and whether an isolated node holds the operation open, a
+second request, queued status, HyperPod's own recovery, unsupported instance types, launch failures and
+whether HyperPod retries out of Failure, vanishing nodes, the creation-time filter, check start delay,
+EventBridge metadata, event wording, NCCL peer lines, unlisted agent hostnames, an anonymous NCCL summary);
+its defaults are the choices below. The ones a controller can notice:
 
 - ListClusterNodes pages 10 nodes when MaxResults is absent; NextToken is an opaque cursor. Nodes still
   waiting for EC2 (IncludeNodeLogicalIds=true only) show InstanceId "" and Status Pending; ``add_node``
@@ -35,16 +37,18 @@ the choices below. The ones a controller can notice:
 - Each accepted request is one DeepHealthCheck cluster operation (ListClusterOperations /
   DescribeClusterOperation), InProgress until its last node ends, then Done.
 - One result line per node and check, in stream ``DeepHealthCheckResults/<instance-id>``, a JSON line that
-  does not name the instance, readable at once and before the node's status changes.
+  does not name the instance, readable at once and before the node's status changes (its ingestionTime is
+  the virtual time it was appended). No line per NCCL peer, no anonymous NCCL summary, hostnames as listed.
 - A failed on-demand check: NodeRecovery Automatic -> HyperPod replaces (never reboots) the instance at
-  once; None -> the node goes back to Running. A failed on-start check with None leaves the node in Failure.
+  once; None -> the node goes back to Running, and its operation does not wait for it. A failed on-start
+  check with None leaves the node in Failure. HyperPod retries a node out of Failure by itself.
 - Reboot: Pending for ``reboot_duration_s``, no on-start checks afterwards. Replace: ShuttingDown for
   60 s, then a new instance id, Pending, Running ``replace_duration_s`` after the request (then on-start
   checks, if the group has them). Launches never fail and nodes never vanish from listings.
 - Batch per-node errors, first match wins: unknown -> InstanceIdNotFound; replace of a Slurm controller
-  -> InvalidInstanceStatus; reboot/replace/move in flight -> InstanceIdInUse; DeepHealthCheckInProgress
-  (unless isolated after a failed check), Pending, ShuttingDown, SystemUpdating or no instance yet ->
-  InvalidInstanceStatus. Failure is allowed.
+  -> InvalidInstanceStatus; reboot/replace/move in flight -> InstanceIdInUse; DeepHealthCheckInProgress,
+  Failed or DeepHealthCheckFailed (unless isolated after a failed check), Pending, ShuttingDown,
+  SystemUpdating or no instance yet -> InvalidInstanceStatus. Failure is allowed.
 - DescribeClusterNode of an unknown (or replaced) instance id -> ResourceNotFound.
 - ``move_nodes`` (MoveClusterNodes, an operator's action): same ids, DetachInProgress 60 s, then the new
   group, AttachInProgress while the lifecycle scripts re-run, then Running (or on-start checks).
@@ -77,6 +81,7 @@ from tests.fakes.model import (
     DETACH_S,
     JOB_WAIT_S,
     LIFECYCLE,
+    OFF_ENUM_FAILED,
     SHUTDOWN_S,
     ApiError,
     Clock,
@@ -256,6 +261,7 @@ class FakeHyperPod(HealthChecks):
         self._catch_up()
         c = self._clusters[cluster_name]
         n = c.nodes[logical_id]
+        self._release_hold(c, n)  # isolated_holds_operation: its check was over (failed)
         if c.check is not None and logical_id in c.check.pending:
             self._check_finished(c, c.check, n, "replaced")
         self._replace(c, n, "hyperpod")
@@ -497,12 +503,13 @@ class FakeHyperPod(HealthChecks):
                 "ErrorCode": "InstanceIdInUse",
                 "Message": f"Another operation ({n.in_flight}) is already in progress for this node.",
             }
-        if (n.status in BUSY_STATUSES and not n.isolated) or not n.instance_id:
+        if (n.status in BUSY_STATUSES | OFF_ENUM_FAILED and not n.isolated) or not n.instance_id:
             return {
                 "ErrorCode": "InvalidInstanceStatus",
                 "Message": f"Node is in {n.status} status, which does not allow {noun}. Wait for the "
                 "instance to finish any ongoing changes before retrying.",
             }
+        self._release_hold(c, n)  # before the action: an observer sees the check's outcome, then the action
         if action == "reboot":
             self._reboot(c, n, "controller")
         else:
@@ -510,6 +517,7 @@ class FakeHyperPod(HealthChecks):
         return None
 
     def _reboot(self, c: Cluster, n: Node, actor: str, duration: float | None = None) -> None:
+        self._release_hold(c, n)  # isolated_holds_operation: the node leaves its (failed) check
         self.actions.append((self._t, "reboot", n.logical_id, actor))
         n.in_flight, n.status = "reboot", "Pending"
         n.isolated, n.retry_due = False, None  # an action ends the isolation and pre-empts HyperPod's retry
@@ -523,6 +531,7 @@ class FakeHyperPod(HealthChecks):
             self._truth_changed(n)
 
     def _replace(self, c: Cluster, n: Node, actor: str) -> None:
+        self._release_hold(c, n)
         self.actions.append((self._t, "replace", n.logical_id, actor))
         n.in_flight, n.status = "replace", "ShuttingDown"
         n.isolated, n.retry_due = False, None
@@ -593,10 +602,15 @@ class FakeHyperPod(HealthChecks):
     def _fail_then_retry(self, c: Cluster, n: Node, retry: Callable[[], None]) -> None:
         """[D-CPE] Failure: HyperPod retries with a new EC2 instance after ``failure_retry_s``; meanwhile the
         node may be missing from listings (``vanish_s`` from now, never past the retry). A reboot or replace
-        by someone else first cancels the retry."""
+        by someone else first cancels the retry. Under ``failure_retried: false`` nothing follows (both spans
+        are still drawn, the hiding is the same): the node stays in Failure until someone reboots or replaces
+        it, and a replacement whose launch failed is no longer in flight (else nobody could act on it)."""
         n.status = "Failure"
         wait = self._draw(self.readings.failure_retry_s)
         n.hidden_until = self._t + min(self._draw(self.readings.vanish_s), wait)
+        if not self.readings.failure_retried:
+            n.retry_due, n.in_flight = None, None
+            return
         due = n.retry_due = self._t + wait
 
         def go() -> None:
@@ -607,6 +621,7 @@ class FakeHyperPod(HealthChecks):
         self._at(c, wait, go)
 
     def _detach(self, c: Cluster, n: Node, to_group: str, attach_s: float) -> None:
+        self._release_hold(c, n)  # a move ends the isolation too
         if c.check is not None and n.logical_id in c.check.pending:
             self._check_finished(c, c.check, n, "moved")
         n.in_flight, n.status, n.isolated, n.retry_due = "move", "DetachInProgress", False, None
@@ -622,11 +637,13 @@ class FakeHyperPod(HealthChecks):
         self._lcs_done(c, n)  # Succeeded event, then Running or the target group's on-start checks
 
     def _on_start_check_done(self, c: Cluster, n: Node) -> None:
+        checks = c.groups[n.group].on_start_checks  # a node checked on its own: NCCL with no peers
+        self._write_result(c, n, passed=n.truth != "fail", checks=checks)
+        if self.readings.nccl_summary and "InstanceConnectivity" in checks:
+            self._write_nccl_summary(c, self._summary_stream(f"{c.arn}/on-start/{n.instance_id}/{_ms(self._t)}"), 1)
         if n.truth != "fail":
-            self._write_result(c, n, passed=True)
             n.status = "Running"
             return
-        self._write_result(c, n, passed=False)
         if c.node_recovery == "Automatic":  # [DOC] the node is replaced and the replacement re-checked
             self._replace(c, n, "hyperpod")
         else:  # INFERRED: nobody acts, the node stays isolated in Failure

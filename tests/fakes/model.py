@@ -28,6 +28,8 @@ DELETE_S = 300.0
 LIFECYCLE = {"SourceS3Uri": "s3://sagemaker-lifecycle/scripts/", "OnCreate": "on_create.sh"}
 NODE_ID_RE = re.compile(r"i-[a-f0-9]{8}(?:[a-f0-9]{9})?")
 BUSY_STATUSES = {"DeepHealthCheckInProgress", "Pending", "ShuttingDown", "SystemUpdating"}
+# failed_status readings outside the API's enum: shown only by a node isolated after a failed check
+OFF_ENUM_FAILED = {"Failed", "DeepHealthCheckFailed"}
 FAULT_MSG = (
     "Encountered FaultyInstance. Replace the Instance. Region: {region}, InstanceType: {itype}. "
     "ERROR: DCGM diagnostic level 4 failed on GPU 3"
@@ -84,8 +86,9 @@ class Node:
     replacement_cured_by: Cure = "replace"
     in_flight: str | None = None  # "reboot" | "replace" | "move" while one runs: a second action gets InstanceIdInUse
     busy_until: float = 0.0  # a Slurm job holds the node until then (a check requested meanwhile queues)
-    # failed_status DeepHealthCheckInProgress: the check is over but the node stays isolated in that status
-    # until rebooted or replaced, so node actions are allowed on it (unlike a node in a running check).
+    # failed_status DeepHealthCheckInProgress (or Failed, DeepHealthCheckFailed): the check is over but the node
+    # stays isolated in that status until rebooted or replaced, so node actions are allowed on it (unlike a
+    # node in a running check).
     isolated: bool = False
     retry_due: float | None = None  # in Failure: when HyperPod retries with a new instance (None: no retry)
     hidden_until: float = 0.0  # vanish_s: missing from ListClusterNodes / DescribeClusterNode until then
@@ -94,6 +97,18 @@ class Node:
     def launched(self) -> float:
         """LaunchTime as the API shows it; a node still waiting for EC2 shows its creation time (INFERRED)."""
         return self.launch_time or self.created
+
+
+@dataclass
+class PeerSet:
+    """The nodes one configuration of a check names for InstanceConnectivity: NCCL tests them together."""
+
+    members: list[str]  # logical ids the configuration names (skipped ones too), in its order
+    open: set[str] = field(default_factory=set)  # members still to end their check
+    began: int = 0  # members whose check began
+    completed: int = 0  # members whose check ended (pass or fail)
+    first_end: float | None = None  # when the first member's check ended: the set's NCCL test was over by then
+    stream: str = ""  # nccl_summary: the opaque stream of its summary line
 
 
 @dataclass
@@ -110,6 +125,11 @@ class HealthCheck:
     seq: int = 0  # tie-breaker for the operation listing
     queued: set[str] = field(default_factory=set)  # logical ids waiting for a job to end
     held: set[str] = field(default_factory=set)  # shown DeepHealthCheckInProgress by the check before it began
+    began: set[str] = field(default_factory=set)  # logical ids whose check began
+    # isolated_holds_operation: failed nodes left isolated, still pending until rebooted or replaced
+    holding: set[str] = field(default_factory=set)
+    peer_sets: list[PeerSet] = field(default_factory=list)  # one per configuration with InstanceConnectivity
+    peers_of: dict[str, list[PeerSet]] = field(default_factory=dict)  # logical id -> its peer sets
 
     @property
     def status(self) -> Literal["InProgress", "Superseded", "Done"]:

@@ -54,8 +54,22 @@ class UnsupportedTypes(_Strict):
 
 
 class Readings(_Strict):
-    # Result log stream name: DeepHealthCheckResults/<instance id | opaque id per node and check | hostname>.
-    result_stream: Literal["instance-id", "opaque", "hostname"] = "instance-id"
+    # Result log stream name: DeepHealthCheckResults/<instance id | opaque id per node and check | hostname |
+    # NodeLogicalId>.
+    result_stream: Literal["instance-id", "opaque", "hostname", "logical-id"] = "instance-id"
+    # Line format: the fake's JSON lines, or the plain on-node lines the Slurm deep-health-checks page documents
+    # ("<ts>  info  stress-ng success", the DCGM summary with replacementRequired/rebootRequired, EFA, NCCL).
+    result_format: Literal["json", "doc-plain"] = "json"
+    # A failing node's failure line: the JSON error line (the page's one example, naming no instance), the same
+    # line at level warn, or none (the failure then shows only in the DCGM summary, if at all).
+    failure_line: Literal["error", "warn", "none"] = "error"
+    # doc-plain: the test a faulty node fails. dcgm: its DCGM summary says replacementRequired (cured by a
+    # replacement) or rebootRequired (by a reboot). efa: DCGM says both false and its last EFA device's line says
+    # failed, the other device's passed (a faulty node's lines then prove every test but one device's).
+    faulty_test: Literal["dcgm", "efa"] = "dcgm"
+    # Pass lines: written, or none at all (the page shows no pass line for the CloudWatch stream): a healthy
+    # node writes nothing, a faulty one only its failure evidence.
+    pass_line: Literal["yes", "none"] = "yes"
     # Where a result line names the instance: an `instance_id` field, the message text, or nowhere.
     result_line_instance: Literal["field", "message", "none"] = "none"
     # Lines per node and check: one verdict line, or one line per test (stress-ng, DCGM, EFA), each ingested with
@@ -64,11 +78,21 @@ class Readings(_Strict):
     result_lines: Literal["one", "per-test"] = "one"
     # CloudWatch ingestion: a result line becomes readable this long after its timestamp (the check's end).
     log_lag_s: Range = (0.0, 0.0)
-    # Node status after a failed on-demand check under NodeRecovery=None.
-    failed_status: Literal["Running", "DeepHealthCheckInProgress", "Failure"] = "Running"
+    # Node status after a failed on-demand check under NodeRecovery=None. Failed (the API model's doc string,
+    # where the enum says Failure) and DeepHealthCheckFailed (cf. the EKS label `deep-health-check-status:
+    # Failed`) are outside the enum; like DeepHealthCheckInProgress they isolate the node until rebooted/replaced.
+    failed_status: Literal["Running", "DeepHealthCheckInProgress", "Failure", "Failed", "DeepHealthCheckFailed"] = (
+        "Running"
+    )
+    # A failed node left isolated (the three statuses above) keeps its DeepHealthCheck operation InProgress
+    # until someone reboots or replaces it ("remains isolated": whether the operation waits is not documented).
+    isolated_holds_operation: bool = False
     # Under failed_status Failure (and after a transient launch failure): Failure -> HyperPod retries with a
     # new instance after this long.
     failure_retry_s: Range = (600.0, 600.0)
+    # Whether HyperPod retries a node out of Failure by itself at all ([D-CPE] says so; an AWS sample of July
+    # 2026 says it does not): false leaves the node in Failure until someone reboots or replaces it.
+    failure_retried: bool = True
     # A StartClusterHealthCheck while another is active: refused (busy_error), merged into it, or supersedes it
     # (the old operation becomes Superseded and its unfinished nodes return to Running with no result).
     second_check_request: Literal["reject", "merge", "supersede"] = "reject"
@@ -89,6 +113,15 @@ class Readings(_Strict):
     event_metadata: Literal["populated", "null"] = "populated"
     # Replacement event descriptions: the fake's historical text, or the events reference's wording.
     event_wording: Literal["fake", "reference"] = "fake"
+    # InstanceConnectivity: each node also writes, into its own stream, one pass line per peer of its
+    # configuration naming that peer (an NCCL pair test's output; adversarial: never evidence about the peer).
+    peer_lines: bool = False
+    # Nodes answer to an agent-network address ListClusterNodes does not list (192.168.x.y, stable per
+    # instance): stream `hostname` uses it, and every result line ends " host: ip-192-168-x-y".
+    foreign_hostnames: bool = False
+    # InstanceConnectivity's outcome is one anonymous NCCL summary line per configuration (`NcclNodes: 2`
+    # summaries name no node) in its own opaque stream, GPU faults aside; per-node lines vouch only for the rest.
+    nccl_summary: bool = False
 
     @field_validator("log_lag_s", "failure_retry_s", "vanish_s", "check_start_delay_s")
     @classmethod

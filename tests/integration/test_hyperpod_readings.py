@@ -10,6 +10,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.fakes.hyperpod import Clock, FakeHyperPod, GroupSpec, Node
+from tests.fakes.model import _iso
 from tests.fakes.readings import AutoRecovery, BusyError, Readings, UnsupportedTypes
 from tests.integration.test_hyperpod_fake import STRESS, Env, env, error_code, iid, status, workers
 
@@ -42,7 +43,7 @@ def listed(e: Env) -> set[str]:
     return {s["NodeLogicalId"] for s in nodes["ClusterNodeSummaries"]}
 
 
-@pytest.mark.parametrize("naming", ["opaque", "hostname"])
+@pytest.mark.parametrize("naming", ["opaque", "hostname", "logical-id"])
 def test_result_stream_naming(env: Env, naming: str) -> None:
     (node,) = workers(env.fake, count=1)
     env.fake.readings = Readings(result_stream=naming)
@@ -53,6 +54,8 @@ def test_result_stream_naming(env: Env, naming: str) -> None:
     names = sorted(log_streams(env))
     if naming == "opaque":  # one new stream per node and check, naming nothing
         assert len(names) == 2 and all(iid(env, node) not in n for n in names)
+    elif naming == "logical-id":
+        assert names == [f"DeepHealthCheckResults/{node}"]
     else:
         ip = env.fake.node("hp", node).private_ip
         assert names == [f"DeepHealthCheckResults/ip-{ip.replace('.', '-')}"]
@@ -435,3 +438,322 @@ def test_truth_changed_hook() -> None:
     fake.replace_now("hp", n.logical_id)
     fake.advance(60)
     assert fake.history == [(first, "pass"), (first, "fail"), (first, "pass"), (n.instance_id, "fail")]
+
+
+# ---- result lines: format, failure and pass lines, peers, hostnames, NCCL summary, ingestion --------------
+
+FAULT = (
+    "Encountered FaultyInstance. Replace the Instance. Region: us-east-1, InstanceType: ml.p5.48xlarge. "
+    "ERROR: DCGM diagnostic level 4 failed on GPU 3"
+)
+ALL_CHECKS = [{"InstanceGroupName": "workers", "DeepHealthChecks": ["InstanceStress", "InstanceConnectivity",
+                                                                    "MultiNodeTrainingValidation"]}]  # fmt: skip
+ALL_CHECKS_S = 30 + 3600 + 600 + 900
+
+
+def messages(e: Env, logical_id: str) -> list[str]:
+    return [x["message"] for x in log_streams(e).get(f"DeepHealthCheckResults/{iid(e, logical_id)}", [])]
+
+
+def plain(ts: str, text: str) -> str:
+    return f"{ts}  info  {text}"
+
+
+def json_line(level: str, ts: str, msg: str) -> str:
+    return json.dumps({"level": level, "ts": ts, "msg": msg})
+
+
+def stress_lines(ts: str, replace: str = "false", reboot: str = "false", suffix: str = "") -> list[str]:
+    return [
+        plain(ts, f"stress-ng success{suffix}"),
+        plain(ts, f"GpuPci Count check success{suffix}"),
+        plain(ts, "DCGM diagnostic health summary: dcgmCheckLevel: 4 dcgmVersion: 3.3.7 gpuDriverVersion: "
+                  f"535.183.01, gpuDeviceIds: [2330] replacementRequired: {replace} rebootRequired: {reboot}{suffix}"),
+        plain(ts, f"EFA Loopback check passed for device: rdmap0s29{suffix}"),
+        plain(ts, f"EFA Loopback check passed for device: rdmap0s30{suffix}"),
+    ]  # fmt: skip
+
+
+def nccl(nodes: int) -> str:
+    return (
+        "Nccl test successful. Summary: NcclMaxAlgoBw: 181.52, NcclAvgAlgoBw: 170.08, "
+        f"NcclNodes: {nodes}, NcclClusterMessage:"
+    )
+
+
+def test_default_readings_keep_todays_lines(env: Env) -> None:
+    good, bad, _ = workers(env.fake)
+    env.fake.set_truth("hp", bad, "fail")
+    assert env.fake.readings == Readings(
+        result_format="json", failure_line="error", pass_line="yes", isolated_holds_operation=False,
+        failure_retried=True, peer_lines=False, foreign_hostnames=False, nccl_summary=False,
+    )  # fmt: skip
+    start(env, ALL_CHECKS)
+    env.fake.advance(ALL_CHECKS_S)
+    ts = _iso(env.fake.clock.now())
+    assert messages(env, good) == [f'{{"level": "info", "ts": "{ts}", "msg": "Deep health check passed"}}']
+    assert messages(env, bad) == [f'{{"level": "error", "ts": "{ts}", "msg": "{FAULT}"}}']
+    assert len(log_streams(env)) == 3  # one per node, nothing else
+
+
+@pytest.mark.parametrize("where", ["none", "message", "field"])
+def test_doc_plain_lines_are_the_documented_on_node_lines(env: Env, where: str) -> None:
+    good, replace, reboot = workers(env.fake)
+    env.fake.set_truth("hp", replace, "fail", cured_by="replace")
+    env.fake.set_truth("hp", reboot, "fail", cured_by="reboot")
+    env.fake.readings = Readings(result_format="doc-plain", result_line_instance=where)
+    start(env, ALL_CHECKS)
+    env.fake.advance(ALL_CHECKS_S)
+    ts = _iso(env.fake.clock.now())
+
+    def expected(node: str, replace_flag: str, reboot_flag: str) -> list[str]:
+        sfx = "" if where == "none" else f" instance: {iid(env, node)}"  # a plain line has no field
+        return [
+            *stress_lines(ts, replace_flag, reboot_flag, sfx),
+            plain(ts, nccl(3) + sfx),
+            plain(ts, "MultiNodeTrainingValidation passed" + sfx),
+        ]
+
+    assert messages(env, good) == expected(good, "false", "false")
+    for node, flags in ((replace, ("true", "false")), (reboot, ("false", "true"))):
+        *per_test, failure = messages(env, node)
+        assert per_test == expected(node, *flags)  # its other tests still say success / passed
+        fail = json.loads(failure)  # the failure line is the JSON line, after the plain lines
+        assert fail["level"] == "error" and fail["msg"].startswith(FAULT)
+        assert ("instance_id" in fail) == (where == "field")
+
+
+def test_doc_plain_writes_only_the_requested_tests(env: Env) -> None:
+    a, b, _ = workers(env.fake)
+    env.fake.readings = Readings(result_format="doc-plain")
+    start(env, [{"InstanceGroupName": "workers", "InstanceIds": [iid(env, a), iid(env, b)],
+                 "DeepHealthChecks": ["InstanceConnectivity"]}])  # fmt: skip
+    env.fake.advance(30 + 600)
+    assert messages(env, a) == [plain(_iso(env.fake.clock.now()), nccl(2))]
+
+
+@pytest.mark.parametrize("fmt", ["json", "doc-plain"])
+@pytest.mark.parametrize("failure", ["warn", "none"])
+def test_failure_line(env: Env, failure: str, fmt: str) -> None:
+    bad, bad_per_test = workers(env.fake, count=2)
+    env.fake.set_truth("hp", bad, "fail")
+    env.fake.set_truth("hp", bad_per_test, "fail")
+    env.fake.readings = Readings(failure_line=failure, result_format=fmt)
+    start(env, only(env, bad))
+    env.fake.advance(30 + 3600)
+    env.fake.readings = Readings(failure_line=failure, result_format=fmt, result_lines="per-test")
+    start(env, only(env, bad_per_test))
+    env.fake.advance(30 + 3600)
+    t1, t2 = _iso(env.fake.clock.now() - 3630), _iso(env.fake.clock.now())
+    warn = [json_line("warn", t1, FAULT)] if failure == "warn" else []
+    warn2 = [json_line("warn", t2, FAULT)] if failure == "warn" else []
+    if fmt == "json":
+        assert messages(env, bad) == warn
+        assert messages(env, bad_per_test) == [
+            json_line("info", t2, "stress-ng passed"), json_line("info", t2, "EFA loopback passed"), *warn2
+        ]  # fmt: skip
+    else:  # the failure shows in the DCGM summary (and the warn line, if any)
+        assert messages(env, bad) == [*stress_lines(t1, replace="true"), *warn]
+        assert messages(env, bad_per_test) == [*stress_lines(t2, replace="true"), *warn2]  # per-test: no change
+
+
+@pytest.mark.parametrize("fmt", ["json", "doc-plain"])
+def test_pass_line_none_leaves_only_failure_evidence(env: Env, fmt: str) -> None:
+    good, bad, _ = workers(env.fake)
+    env.fake.set_truth("hp", bad, "fail", cured_by="reboot")
+    env.fake.readings = Readings(pass_line="none", result_format=fmt, result_lines="per-test", peer_lines=True)
+    start(env, ALL_CHECKS)
+    env.fake.advance(ALL_CHECKS_S)
+    ts = _iso(env.fake.clock.now())
+    assert messages(env, good) == [] and sorted(log_streams(env)) == [f"DeepHealthCheckResults/{iid(env, bad)}"]
+    dcgm = stress_lines(ts, reboot="true")[2:3] if fmt == "doc-plain" else []
+    assert messages(env, bad) == [*dcgm, json_line("error", ts, FAULT)]
+
+
+@pytest.mark.parametrize("second", ["reject", "merge", "supersede"])
+def test_isolated_node_holds_the_operation_until_rebooted(env: Env, second: str) -> None:
+    bad, good, other = workers(env.fake)
+    env.fake.set_truth("hp", bad, "fail")
+    env.fake.readings = Readings(
+        failed_status="DeepHealthCheckInProgress", isolated_holds_operation=True, second_check_request=second
+    )
+    start(env, [{**STRESS[0], "InstanceIds": [iid(env, bad), iid(env, good)]}])
+    env.fake.advance(30 + 3600)
+    assert status(env, bad) == "DeepHealthCheckInProgress" and status(env, good) == "Running"
+    assert json.loads(messages(env, bad)[0])["level"] == "error"  # its line is written at the check's end
+
+    def ops() -> list[dict[str, Any]]:
+        return env.sm.list_cluster_operations(ClusterName="hp", SortOrder="Ascending")["ClusterOperationSummaries"]
+
+    env.fake.advance(7200)
+    assert [o["Status"] for o in ops()] == ["InProgress"]
+    check = env.fake.cluster("hp").checks[0]
+    assert check.pending == {bad} and check.results == {good: "pass"}
+
+    if second == "reject":  # as for any active check
+        with pytest.raises(ClientError) as exc:
+            start(env, only(env, other))
+        assert error_code(exc) == "ValidationException"
+    else:
+        start(env, [{**STRESS[0], "InstanceIds": [iid(env, bad), iid(env, other)]}])
+    if second == "supersede":  # the old operation ends; the held node leaves it as failed, stays isolated
+        assert [o["Status"] for o in ops()] == ["Superseded", "InProgress"] and check.results[bad] == "fail"
+        assert status(env, bad) == "DeepHealthCheckInProgress"
+        assert env.fake.cluster("hp").checks[1].results == {bad: "skip"}  # not Running: skipped
+
+    r = env.sm.batch_reboot_cluster_nodes(ClusterName="hp", NodeLogicalIds=[bad])
+    assert r["SuccessfulNodeLogicalIds"] == [bad]
+    assert check.results[bad] == "fail" and bad not in check.pending  # merge: `other` is still in it
+    env.fake.advance(30 + 3600)  # the second check (if any) ends too
+    assert [o["Status"] for o in ops()][-1] == "Done" and ops()[0]["Status"] in ("Done", "Superseded")
+
+
+@pytest.mark.parametrize("shown", ["Failed", "DeepHealthCheckFailed"])
+@pytest.mark.parametrize("action", ["reboot", "replace"])
+def test_off_enum_failed_status_isolates_until_rebooted_or_replaced(env: Env, shown: str, action: str) -> None:
+    bad, _, _ = workers(env.fake)
+    env.fake.set_truth("hp", bad, "fail", cured_by="reboot")
+    env.fake.readings = Readings(failed_status=shown)
+    start(env)
+    env.fake.advance(30 + 3600)
+    n = env.fake.node("hp", bad)
+    assert status(env, bad) == shown and n.isolated and env.fake.cluster("hp").check is None
+    listed_status = {
+        s["NodeLogicalId"]: s["InstanceStatus"]["Status"]
+        for s in env.sm.list_cluster_nodes(ClusterName="hp", IncludeNodeLogicalIds=True)["ClusterNodeSummaries"]
+    }
+    assert listed_status[bad] == shown
+    env.fake.advance(86400)
+    assert status(env, bad) == shown and env.fake.actions == []  # nobody acts on it
+
+    n.isolated = False  # not isolated: the status alone does not let an action through
+    r = env.sm.batch_reboot_cluster_nodes(ClusterName="hp", NodeLogicalIds=[bad])
+    assert r["FailedNodeLogicalIds"][0]["ErrorCode"] == "InvalidInstanceStatus"
+    n.isolated = True
+    batch = env.sm.batch_reboot_cluster_nodes if action == "reboot" else env.sm.batch_replace_cluster_nodes
+    assert batch(ClusterName="hp", NodeLogicalIds=[bad])["SuccessfulNodeLogicalIds"] == [bad]
+    assert not n.isolated
+    env.fake.advance(1800)
+    assert status(env, bad) == "Running"
+
+
+def test_failure_not_retried_stays_until_someone_acts(env: Env) -> None:
+    bad, _, _ = workers(env.fake)
+    env.fake.set_truth("hp", bad, "fail")
+    env.fake.readings = Readings(failed_status="Failure", failure_retried=False, vanish_s=(120.0, 120.0))
+    old = iid(env, bad)
+    start(env)
+    env.fake.advance(30 + 3600)
+    assert bad not in listed(env)  # the vanish_s hiding as before
+    env.fake.advance(86400)
+    assert status(env, bad) == "Failure" and iid(env, bad) == old and env.fake.actions == []
+    r = env.sm.batch_replace_cluster_nodes(ClusterName="hp", NodeLogicalIds=[bad])
+    assert r["SuccessfulNodeLogicalIds"] == [bad]
+    env.fake.advance(1800)
+    assert status(env, bad) == "Running" and iid(env, bad) != old
+
+
+def test_failure_not_retried_after_a_failed_launch(env: Env) -> None:
+    node, _, _ = workers(env.fake)
+    env.sm.batch_replace_cluster_nodes(ClusterName="hp", NodeLogicalIds=[node])
+    env.fake.readings = Readings(transient_failure_rate=1.0, failure_retried=False)
+    env.fake.advance(60)
+    env.fake.readings = Readings(failure_retried=False)
+    env.fake.advance(86400)
+    n = env.fake.node("hp", node)
+    assert status(env, node) == "Failure" and len(n.instance_ids) == 2 and n.in_flight is None
+    assert env.sm.batch_reboot_cluster_nodes(ClusterName="hp", NodeLogicalIds=[node])["SuccessfulNodeLogicalIds"]
+    env.fake.advance(600)
+    assert status(env, node) == "Running" and len(n.instance_ids) == 2
+
+
+@pytest.mark.parametrize("fmt", ["json", "doc-plain"])
+def test_peer_lines_name_every_peer_on_the_writers_stream(env: Env, fmt: str) -> None:
+    a, bad, busy = workers(env.fake)
+    env.fake.set_truth("hp", bad, "fail")
+    env.fake.set_truth("hp", busy, "skip")  # skipped: it never runs a test, yet its peers name it
+    env.fake.readings = Readings(peer_lines=True, result_format=fmt)
+    start(env, [{"InstanceGroupName": "workers", "DeepHealthChecks": ["InstanceConnectivity"]}])
+    env.fake.advance(30 + 600)
+    ts = _iso(env.fake.clock.now())
+
+    def peer(node: str) -> str:
+        ip = env.fake.node("hp", node).private_ip
+        return f"NCCL all_reduce with peer {iid(env, node)} (ip-{ip.replace('.', '-')}) passed"
+
+    if fmt == "json":
+        assert messages(env, a) == [*(json_line("info", ts, peer(p)) for p in (bad, busy)),
+                                    json_line("info", ts, "Deep health check passed")]  # fmt: skip
+        assert messages(env, bad) == [*(json_line("info", ts, peer(p)) for p in (a, busy)),
+                                      json_line("error", ts, FAULT)]  # fmt: skip
+    else:  # NcclNodes: the 2 nodes that took part
+        assert messages(env, a) == [plain(ts, nccl(2)), *(plain(ts, peer(p)) for p in (bad, busy))]
+        assert messages(env, bad)[:-1] == [plain(ts, nccl(2)), *(plain(ts, peer(p)) for p in (a, busy))]
+    assert messages(env, busy) == []
+
+
+@pytest.mark.parametrize("fmt", ["json", "doc-plain"])
+def test_foreign_hostnames_name_nodes_by_an_unlisted_address(env: Env, fmt: str) -> None:
+    (node,) = workers(env.fake, count=1)
+    env.fake.readings = Readings(foreign_hostnames=True, result_stream="hostname", result_format=fmt)
+    start(env)
+    env.fake.advance(30 + 3600)
+    ((stream, events),) = log_streams(env).items()
+    host = stream.removeprefix("DeepHealthCheckResults/")
+    assert host.startswith("ip-192-168-") and len(host.split("-")) == 5
+    text = [e["message"] for e in events][-1]
+    assert text.endswith(f"host: {host}" if fmt == "doc-plain" else f'host: {host}"}}')
+    if fmt == "json":
+        assert json.loads(text)["msg"] == f"Deep health check passed host: {host}"
+    else:
+        assert text == plain(
+            _iso(env.fake.clock.now()), f"EFA Loopback check passed for device: rdmap0s30 host: {host}"
+        )
+    ip = env.fake.node("hp", node).private_ip
+    (summary,) = env.sm.list_cluster_nodes(ClusterName="hp", InstanceGroupNameContains="workers")[
+        "ClusterNodeSummaries"
+    ]
+    assert summary["PrivateDnsHostname"] == f"ip-{ip.replace('.', '-')}.ec2.internal"  # the real one
+    env.sm.batch_reboot_cluster_nodes(ClusterName="hp", NodeLogicalIds=[node])
+    env.fake.advance(600)
+    start(env)
+    env.fake.advance(30 + 3600)
+    assert list(log_streams(env)) == [stream]  # stable per instance
+
+
+def workers_of(e: Env) -> list[str]:
+    return [n.logical_id for n in e.fake.cluster("hp").nodes.values() if n.group == "workers"]
+
+
+@pytest.mark.parametrize("fmt", ["json", "doc-plain"])
+def test_nccl_summary_is_one_anonymous_line_per_configuration(env: Env, fmt: str) -> None:
+    good, bad, _ = workers(env.fake)
+    env.fake.set_truth("hp", bad, "fail")
+    env.fake.readings = Readings(nccl_summary=True, result_format=fmt)
+    checks = ["InstanceStress", "InstanceConnectivity"]
+    start(env, [{"InstanceGroupName": "workers", "DeepHealthChecks": checks}])
+    env.fake.advance(30 + 3600 + 600)
+    ts = _iso(env.fake.clock.now())
+    streams = log_streams(env)
+    own = {f"DeepHealthCheckResults/{iid(env, n)}" for n in workers_of(env)}
+    (anonymous,) = set(streams) - own  # one opaque stream for the configuration, naming no node
+    assert all(iid(env, n) not in anonymous for n in workers_of(env))
+    summary = nccl(3)  # says successful although a node failed: the fault is GPU-only
+    assert [e["message"] for e in streams[anonymous]] == [json_line("info", ts, summary) if fmt == "json"
+                                                          else plain(ts, summary)]  # fmt: skip
+    if fmt == "json":  # the node's line no longer vouches for connectivity
+        assert messages(env, good) == [json_line("info", ts, "InstanceStress passed")]
+    else:
+        assert messages(env, good) == stress_lines(ts)  # no per-node NCCL line
+    assert messages(env, bad)[-1] == json_line("error", ts, FAULT)
+
+
+@pytest.mark.parametrize("lag", [0.0, 120.0])
+def test_ingestion_time_is_the_virtual_time_of_the_append(env: Env, lag: float) -> None:
+    workers(env.fake)
+    env.fake.readings = Readings(log_lag_s=(lag, lag), result_lines="per-test")
+    start(env)
+    env.fake.advance(30 + 3600 + lag)
+    group = f"/aws/sagemaker/Clusters/hp/{env.fake.cluster('hp').cluster_id}"
+    events = env.logs.filter_log_events(logGroupName=group)["events"]
+    assert len(events) == 9 and {e["ingestionTime"] - e["timestamp"] for e in events} == {round(lag * 1000)}

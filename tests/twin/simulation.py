@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import random
 import time
+from collections.abc import Collection
 from typing import TYPE_CHECKING, Any, Literal
 from unittest import mock
 
@@ -67,6 +68,7 @@ class SimulatedHyperPod(Workload, FakeHyperPod):
         self.duplicate: list[tuple[float, str, str]] = []  # (time, action, logical id)
         # Logical ids acted on (by the controller or by HyperPod) since their last check outcome: (when, actor).
         self._acted_on: dict[str, tuple[float, str]] = {}
+        self._held_outcomes: set[tuple[int, str]] = set()  # (check seq, logical id): outcome counted at its end
         # Ground truth per instance id over time: (time, "pass" | "fail"), appended when it changes.
         self.truth_history: dict[str, list[tuple[float, str]]] = {}
         # Check outcomes (pass or fail: the hardware was tested) per instance id: their times.
@@ -215,8 +217,19 @@ class SimulatedHyperPod(Workload, FakeHyperPod):
             self.first_check_at.setdefault(n.logical_id, self._t)
         self._observe(n)
 
+    def _check_ends(self, c: Cluster, check: HealthCheck, n: Node, checks: Collection[str] | None = None) -> None:
+        super()._check_ends(c, check, n, checks)
+        if n.logical_id in check.holding:
+            # isolated_holds_operation: its check is over (it failed) though the operation waits for a reboot or
+            # replacement: the outcome is now, not when someone releases it.
+            self._outcome(n, "fail")
+            self._held_outcomes.add((check.seq, n.logical_id))
+
     def _check_finished(self, c: Cluster, check: HealthCheck, n: Node, outcome: str) -> None:
-        self._outcome(n, outcome)
+        if (check.seq, n.logical_id) in self._held_outcomes:
+            self._held_outcomes.discard((check.seq, n.logical_id))
+        else:
+            self._outcome(n, outcome)
         super()._check_finished(c, check, n, outcome)
         self._observe(n)
 
