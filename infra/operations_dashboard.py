@@ -216,7 +216,11 @@ class OperationsDashboard(Construct):
             graph(f"Nodes checked{suffix}", [controller_metric("NodesChecked", cluster=cluster)], width=6),
             graph(
                 f"Verdicts{suffix}",
-                [controller_metric(f"Verdict_{v}", cluster=cluster, label=v) for v in VERDICTS],
+                [
+                    *(controller_metric(f"Verdict_{v}", cluster=cluster, label=v) for v in VERDICTS),
+                    # A pass taken back when a failure line arrived after it (late CloudWatch ingestion).
+                    controller_metric("VerdictsReversed", cluster=cluster, label="reversed"),
+                ],
                 stacked=True,
                 width=6,
             ),

@@ -6,6 +6,7 @@
     hpdhc check C (--group G ... | --instance I ...) [--checks T ...]     queue on-demand checks
     hpdhc breakers C                                                      breaker, holds, budgets, held nodes
     hpdhc reset-breaker C [--group G] --reason TEXT                       close a breaker or lift a hold
+    hpdhc readings C [--as-fidelity]                                      what the cluster was seen to do
     hpdhc simulate [--scenario FILE] [--json] [--serve [--port P]]        the digital twin (a checkout only)
     hpdhc bridge --cluster C [--interval S] [--once] ...                  the Slurm bridge agent (controller node)
 
@@ -101,6 +102,15 @@ def parser() -> argparse.ArgumentParser:
     reset.add_argument("cluster")
     reset.add_argument("--group", help="lift this instance group's bad-capacity hold instead of the cluster breaker")
     reset.add_argument("--reason", required=True, help="why it is safe to act again (kept in the audit trail)")
+    observed = sub.add_parser(
+        "readings", parents=[api], help="what the cluster was seen to do: stream names, line shapes, lag, statuses"
+    )
+    observed.add_argument("cluster")
+    observed.add_argument(
+        "--as-fidelity",
+        action="store_true",
+        help="print only the twin's `fidelity` block (a scenario's, for `hpdhc simulate`) of what was seen",
+    )
     # Parsed elsewhere (main() hands `simulate ...` to the twin, `bridge ...` to hpdhc.bridge); here for --help only.
     sub.add_parser(
         SIMULATE,

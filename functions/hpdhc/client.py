@@ -94,6 +94,9 @@ class OperatorClient:
         body: Json = {"reason": reason, **({"group": group} if group else {})}
         return self._call("POST", _path("clusters", cluster, "breakers", "reset"), body)
 
+    def get_readings(self, cluster: str) -> Json:
+        return self._call("GET", _path("clusters", cluster, "readings"))
+
     def slurm_state(self, cluster: str) -> Json:
         """The desired Slurm state of every node: every `next_token` page, `nodes` concatenated into the first."""
         query = {"limit": str(SLURM_PAGE)}

@@ -57,6 +57,15 @@ def reset_breaker(client: OperatorClient, args: argparse.Namespace, out: TextIO)
     return _print(args, out, client.reset_breaker(args.cluster, args.reason, args.group), _reset)
 
 
+def readings(client: OperatorClient, args: argparse.Namespace, out: TextIO) -> int:
+    data = client.get_readings(args.cluster)
+    if args.as_fidelity:  # a scenario's `fidelity` block: feed it to `hpdhc simulate` to replay the cluster
+        json.dump(data.get("as_fidelity", {}), out, indent=2)
+        out.write("\n")
+        return 0
+    return _print(args, out, data, _readings)
+
+
 COMMANDS: dict[str, Callable[[OperatorClient, argparse.Namespace, TextIO], int]] = {
     "status": status,
     "nodes": nodes,
@@ -64,6 +73,7 @@ COMMANDS: dict[str, Callable[[OperatorClient, argparse.Namespace, TextIO], int]]
     "check": check,
     "breakers": breakers,
     "reset-breaker": reset_breaker,
+    "readings": readings,
 }
 
 
@@ -177,6 +187,34 @@ def _breakers(data: Json, out: TextIO) -> None:
         rows = [["held node", "group", "held by", "reason"]]
         rows += [[n["node"], n["group"], n["held_by"], n["reason"][:80]] for n in data["held_nodes"]]
         table(rows, out)
+
+
+def _readings(data: Json, out: TextIO) -> None:
+    print(f"cluster {data['cluster']}: {data.get('lines', 0)} result line(s) read", file=out)
+    if not data.get("lines"):
+        print(f"  {data.get('note', 'no result line read yet')}", file=out)
+        return
+    for title, key in (("streams named by", "streams"), ("formats", "formats"), ("instance in", "instance_in_line")):
+        counts = ", ".join(f"{k} {v}" for k, v in sorted(data[key].items(), key=lambda kv: -kv[1]))
+        print(f"  {title}: {counts}", file=out)
+    rows = [["line shape (level pattern)", "count", "example"]]
+    rows += [[shape, str(s["count"]), s["example"][:70]] for shape, s in data["shapes"].items()]
+    table(rows, out)
+    lag = data["lag"]
+    print(
+        f"  lag: {lag['min_s'] if lag['min_s'] is not None else '-'}..{lag['max_s']} s, "
+        f"{lag['late_lines']} line(s) later than the settle time then; settle "
+        + ", ".join(f"{g} {s:.0f} s" for g, s in lag["settle_s"].items())
+        + "; revisit "
+        + ", ".join(f"{g} {s:.0f} s" for g, s in lag["revisit_s"].items()),
+        file=out,
+    )
+    statuses = ", ".join(f"{k} {v}" for k, v in data["statuses_after_failure"].items()) or "-"
+    print(f"  status after a failed check: {statuses}", file=out)
+    busy = ", ".join(f"{k} {v['count']} ({v['example'][:60]})" for k, v in data["busy_errors"].items()) or "-"
+    print(f"  busy errors: {busy}", file=out)
+    print(f"  nodes back with no line about them: {data['silent_nodes']}; pass lines: {data['pass_lines']}", file=out)
+    print(f"  as a twin fidelity block: {json.dumps(data['as_fidelity'])}", file=out)
 
 
 def _reset(result: Json, out: TextIO) -> None:

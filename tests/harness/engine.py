@@ -438,6 +438,14 @@ class Harness:
 
         return NodeTable(TABLE_NAME).load_cluster(cluster)
 
+    def readings(self, cluster: str) -> Any:
+        """What the controller saw the cluster do (`domain.readings.ClusterReadings`); None for a controller that
+        keeps no readings (an earlier version's, for a comparison)."""
+        from deephealth.adapters.node_table import NodeTable
+
+        table = NodeTable(TABLE_NAME)
+        return table.readings(cluster) if hasattr(table, "readings") else None
+
 
 def _cold_start() -> list[str]:
     """Forget imported handlers (and their warm caches), as a new deployment's first invocations would;

@@ -43,26 +43,39 @@ def test_a_group_hyperpod_will_not_check_is_refused_alone_and_holds_back_no_othe
     by_group = {g: [r for r in records if r.group == g] for g in ("a-trn", "b-p5", "c-p4d")}
     for r in by_group["a-trn"]:
         assert r.state == NodeState.INCONCLUSIVE and r.verdict == Verdict.INCONCLUSIVE
-        assert r.inconclusive_count == 1, "a refusal is not re-checked: it would be refused again"
+        # Asked again in later rounds (a refusal may be a race), max_inconclusive (2) times, then an operator's.
+        assert r.inconclusive_count == 3
         assert "does not support deep health checks" in r.evidence[0]
     assert all(r.state == NodeState.PASSED for g in ("b-p5", "c-p4d") for r in by_group[g])
     # The whole request, then one group at a time until one is accepted; the group not tried waits its turn.
-    assert _requested_groups(fake) == [("a-trn", "b-p5", "c-p4d"), ("a-trn",), ("b-p5",), ("c-p4d",)]
+    asked = _requested_groups(fake)
+    assert asked[:3] == [("a-trn", "b-p5", "c-p4d"), ("a-trn",), ("b-p5",)]
+    assert asked.count(("a-trn",)) == 3 and asked.count(("b-p5",)) == 1 and asked.count(("c-p4d",)) == 1
     inconclusive = [n for n in harness.notifications() if n["attributes"]["kind"] == "node-inconclusive"]
     assert sorted(n["message"]["node"] for n in inconclusive) == sorted(r.key for r in by_group["a-trn"])
     assert all(e["status"] == "SUCCEEDED" for e in harness.executions()), "no round is abandoned"
 
 
 @pytest.mark.controller_config(CONFIG)
-def test_a_lone_group_refused_ends_inconclusive_without_a_retry(harness, fake):
+def test_a_lone_group_refused_is_asked_again_then_ends_inconclusive(harness, fake):
     fake.create_cluster("demo", [GroupSpec("g5", "ml.g5.8xlarge", count=2)])
     message = "Deep health checks are not supported for instance type ml.g5.8xlarge"
-    fake.inject_error("StartClusterHealthCheck", code="ValidationException", message=message)
+    fake.inject_error("StartClusterHealthCheck", code="ValidationException", message=message, times=3)
     harness.run_until(lambda: _final(harness, "demo", 2), horizon_s=6 * 3600)
     records = harness.records("demo").values()
     assert {r.state for r in records} == {NodeState.INCONCLUSIVE}
     assert all(r.evidence == [f"StartClusterHealthCheck refused: ValidationException: {message}"] for r in records)
-    assert fake.calls["StartClusterHealthCheck"] == 1
+    assert fake.calls["StartClusterHealthCheck"] == 3, "one refusal never settles a round: 1 + max_inconclusive"
+
+
+@pytest.mark.controller_config(CONFIG)
+def test_one_refusal_that_was_a_race_is_asked_again_and_the_nodes_pass(harness, fake):
+    """A busy refusal in words nobody wrote down, with the operation it met gone by the time anyone looks."""
+    fake.create_cluster("demo", [GroupSpec("workers", count=2)])
+    fake.inject_error("StartClusterHealthCheck", code="ValidationException", message="Request cannot be processed")
+    harness.run_until(lambda: _final(harness, "demo", 2), horizon_s=6 * 3600)
+    assert {r.state for r in harness.records("demo").values()} == {NodeState.PASSED}
+    assert fake.calls["StartClusterHealthCheck"] == 2
     assert all(e["status"] == "SUCCEEDED" for e in harness.executions())
 
 
@@ -126,3 +139,55 @@ def test_a_quick_hyperpod_reboot_between_listings_is_not_followed_by_a_second_re
     assert any(h.reason.startswith("HyperPod acted on the node during its grace: Reboot") for h in record.history)
     asked = [p for _, op, p in fake.requests if op == "ListClusterEvents"]
     assert len(asked) == 1 and asked[0]["NodeId"] == record.instance_id, "one look, at the grace's end"
+
+
+@pytest.mark.controller_config({"clusters": ["demo"], "defaults": {"gather_window_s": 0}})
+def test_a_failure_line_that_arrives_after_the_pass_reverses_it(harness, fake):
+    """CloudWatch Logs accepts an event up to 14 days late: a failure line stamped inside a passed node's check
+    window, ingested after its verdict, turns the pass into a failure (and its recovery follows)."""
+    import json as _json
+
+    fake.create_cluster("demo", [GroupSpec("workers", count=2)])
+    late = next(iter(fake.cluster("demo").nodes))
+    harness.run_until(lambda: _final(harness, "demo", 2), horizon_s=8 * 3600)
+    passed = harness.records("demo")[late]
+    assert passed.state == NodeState.PASSED and passed.check_left_at is not None
+    iid = passed.instance_id
+    c = fake.cluster("demo")
+    failure = _json.dumps({"level": "error", "msg": "ERROR: DCGM diagnostic level 4 failed on GPU 5"})
+    fake._append_log(f"/aws/sagemaker/Clusters/demo/{c.cluster_id}", f"DeepHealthCheckResults/{iid}",
+                     passed.check_left_at - 60, failure)  # fmt: skip
+    fake.set_truth("demo", late, "fail", cured_by="reboot")  # what the line says, for the rest of the run
+    harness.run_until(lambda: harness.records("demo")[late].reversals == 1, horizon_s=3600)
+
+    record = harness.records("demo")[late]
+    reversal = next(h for h in record.history if h.reason.startswith("verdict reversed"))
+    assert reversal.state == NodeState.RECOVERY_DUE and record.verdict == Verdict.FAILED
+    assert "DCGM diagnostic level 4 failed on GPU 5" in record.evidence[0]
+    assert [o.verdict for o in record.outcomes] == [Verdict.FAILED], "the pass is taken back, not a flap"
+    failed = [n for n in harness.notifications() if n["attributes"]["kind"] == "node-failed"]
+    assert [n["subject"] for n in failed] == [f"hyperpod-dhc: {late} failed (its pass is reversed)"]
+    harness.run_until(lambda: harness.records("demo")[late].state == NodeState.PASSED, horizon_s=6 * 3600)
+    assert harness.records("demo")[late].attempts == 1, "rebooted once, then checked again and passed"
+
+
+@pytest.mark.controller_config({"clusters": ["demo"], "defaults": {"gather_window_s": 0, "recovery": "none"}})
+def test_an_operation_held_open_by_an_isolated_node_is_said_once_and_asked_past(harness, fake):
+    """NodeRecovery None, recovery "none": a failed node stays isolated and its operation InProgress for good. The
+    controller says so once (`check-overdue`) and asks past it for new nodes; this HyperPod merges the request."""
+    fake.readings = Readings(
+        failed_status="DeepHealthCheckInProgress", isolated_holds_operation=True, second_check_request="merge"
+    )
+    fake.create_cluster("demo", [GroupSpec("workers", count=2)])
+    stuck = next(iter(fake.cluster("demo").nodes))
+    fake.set_truth("demo", stuck, "fail")
+    harness.run_until(lambda: _final(harness, "demo", 2), horizon_s=8 * 3600)
+    assert harness.records("demo")[stuck].state == NodeState.FAILED
+    assert fake.cluster("demo").check is not None, "HyperPod's operation is still in progress"
+
+    late = [fake.add_node("demo", "workers", ready_after_s=600) for _ in range(2)]
+    harness.run_until(lambda: _final(harness, "demo", 4), horizon_s=12 * 3600)
+    records = harness.records("demo")
+    assert all(records[lid].state == NodeState.PASSED for lid in late), "asked past the stuck operation: merged"
+    overdue = [n for n in harness.notifications() if n["attributes"]["kind"] == "check-overdue"]
+    assert len(overdue) == 1 and overdue[0]["message"]["in_progress_s"] > 2 * 45 * 60

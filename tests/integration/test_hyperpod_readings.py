@@ -523,6 +523,23 @@ def test_doc_plain_lines_are_the_documented_on_node_lines(env: Env, where: str) 
         assert ("instance_id" in fail) == (where == "field")
 
 
+@pytest.mark.parametrize("pass_line", ["yes", "none"])
+def test_an_efa_fault_fails_one_device_and_leaves_dcgm_clean(env: Env, pass_line: str) -> None:
+    (bad,) = workers(env.fake, count=1)
+    env.fake.set_truth("hp", bad, "fail", cured_by="replace")
+    env.fake.readings = Readings(result_format="doc-plain", faulty_test="efa", pass_line=pass_line)
+    start(env)
+    env.fake.advance(30 + 3600)
+    ts = _iso(env.fake.clock.now())
+    *lines, failure = messages(env, bad)
+    failed_device = plain(ts, "EFA Loopback check failed for device: rdmap0s30")
+    if pass_line == "none":  # only the failure evidence: the failing device's line
+        assert lines == [failed_device]
+    else:
+        assert lines == [*stress_lines(ts, "false", "false", "")[:-1], failed_device]
+    assert json.loads(failure)["level"] == "error"
+
+
 def test_doc_plain_writes_only_the_requested_tests(env: Env) -> None:
     a, b, _ = workers(env.fake)
     env.fake.readings = Readings(result_format="doc-plain")

@@ -51,7 +51,16 @@ def test_read_routes_after_a_round(harness, fake):
     notes = harness.notifications()
     kinds = [n["attributes"]["kind"] for n in notes]
     assert "node-failed" in kinds and "node-recovered" in kinds and "round-finished" in kinds
-    assert all(n["attributes"]["cluster"] == "demo" and n["attributes"]["group"] == "gpu" for n in notes)
+    assert all(n["attributes"]["cluster"] == "demo" for n in notes)
+    # Node notices go to the node's group; what the cluster itself was seen doing (a new line shape) to all.
+    assert {n["attributes"]["group"] for n in notes if n["attributes"]["kind"] != "reading-observed"} == {"gpu"}
+    shapes = [n["message"]["shape"] for n in notes if n["attributes"]["kind"] == "reading-observed"]
+    assert sorted(shapes) == ["error failure", "info summary"], "one alert per line shape, the first time"
+
+    status, readings = harness.api("GET", "/clusters/demo/readings")
+    assert status == 200 and readings["streams"] == {"instance-id": readings["lines"]}
+    assert set(readings["shapes"]) == {"error failure", "info summary"} and readings["lag"]["max_s"] == 0
+    assert readings["as_fidelity"] == {}, "the fake's defaults, as the twin plays them"
     failed = next(n["message"] for n in notes if n["attributes"]["kind"] == "node-failed")
     assert failed["node"] == bad and failed["verdict"] == "failed" and failed["evidence"]
 

@@ -7,9 +7,13 @@ Not grouped for xdist: the variants share nothing (each builds its own twin), so
 
 import pytest
 
-from tests.twin.fidelity import NAMES, missing, run_variant, variant_scenario
+from tests.fakes.readings import Readings
+from tests.twin.fidelity import NAMES, REPO_ROOT, VARIANTS, missing, run_variant, variant_scenario
 
 from .invariants import assert_invariants, fired
+
+NO_PASS_LINES = "logs no pass line"
+PASSING = ("passed", "passed_after_reboot", "replaced")
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -35,3 +39,35 @@ def test_the_controller_holds_under_every_reading(controller_template, name):
             f"moved nodes not re-checked in their new group: {[n[:8] for n in move['not_rechecked']]}"
         )
     assert_invariants(report)
+    reading_expectations(name, report)
+
+
+def reading_expectations(name, report):
+    """What a cell's reading must lead to beyond the invariants."""
+    no_pass_alerts = [n for n in report["notifications"] if NO_PASS_LINES in (n["subject"] or "")]
+    if name == "pass-line-none":
+        assert not any(report["verdicts"][k] for k in PASSING), "no pass line: no node passes by default"
+        assert len(no_pass_alerts) == 1, "one alert per cluster says it logs no pass line, naming the policy"
+        assert report["readings"]["as_fidelity"].get("pass_line") == "none"
+    elif name == "pass-line-none-silence":
+        healthy = [d for d in report["node_details"] if d["truth"] == "healthy"]
+        assert healthy and all(d["verdict"] == "passed" for d in healthy), "pass_on_silence passes healthy nodes"
+    elif name == "adv-efa-fault-lag-600-short-settle":
+        # Passes a settle time held short made before a node's failure line arrived: each one is taken back.
+        assert report["reversed"] >= 1
+    elif name in ("stream-opaque", "foreign-hostnames"):
+        assert report["verdicts"]["inconclusive"] == report["nodes"], "nothing names the node: never a pass"
+    if name != "pass-line-none":
+        assert not no_pass_alerts, "a cluster that logs pass lines is never said to log none"
+
+
+def test_every_reading_has_a_matrix_row_and_a_fidelity_row():
+    """A reading key the matrix never plays, or FIDELITY.md never explains, is a behaviour nobody checked."""
+    played = {key for _, overrides in VARIANTS for key in overrides.get("fidelity", {})}
+    assert not set(Readings.model_fields) - played, "readings without a matrix row"
+    doc = (REPO_ROOT / "docs" / "FIDELITY.md").read_text()
+    rows = {line.split("|")[1].strip() for line in doc.splitlines() if line.startswith("| `")}
+    described = {key.strip("`") for row in rows for key in row.replace(",", " ").split() if key.startswith("`")}
+    assert not set(Readings.model_fields) - described, "readings without a FIDELITY.md row"
+    matrix = {line.split("|")[1].strip() for line in doc.splitlines() if line.startswith("| ")}
+    assert not set(NAMES) - matrix, "matrix variants missing from FIDELITY.md's table"

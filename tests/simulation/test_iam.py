@@ -62,9 +62,6 @@ NOT_EXERCISED: dict[tuple[str, str], str] = {
     ("StartCheck", "sns:Publish"): "start_check -> shadow_checks: dry-run announces the check it would start",
     ("StartCheck", "kms:GenerateDataKey"): "the topic's key, with StartCheck's sns:Publish",
     ("StartCheck", "kms:Decrypt"): "the topic's key, with StartCheck's sns:Publish",
-    # Nodes an earlier round left settling are judged by the look that comes when their lines are due
-    # (`judge_at`): in these runs a poll's, not a ClaimRound's.
-    ("ClaimRound", "logs:FilterLogEvents"): f"claim_round -> {_OBSERVES}: a node an earlier round left settling",
 }
 
 

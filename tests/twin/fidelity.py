@@ -33,6 +33,11 @@ FOREIGN_IDLE = {"kind": "foreign-check", "group": "p5-workers", "nodes": 2, "aft
 FOREIGN_OURS = {"kind": "foreign-check", "group": "p5-workers", "nodes": 2, "during": "ours"}
 MOVE = {"kind": "move-nodes", "from_group": "p5-workers", "to_group": "p5-reserve", "nodes": 2, "after_s": 7200}
 AUTO_RECOVERY = {"reboot_fraction": 0.5, "delay_s": [0, 300], "reboot_s": [60, 180]}
+# InstanceConnectivity too (5-10 min, after InstanceStress), for the readings of multi-node lines.
+CONNECTIVITY = {
+    "check_duration_s": {"InstanceConnectivity": [300, 600]},
+    "policy": {"defaults": {"checks": ["InstanceStress", "InstanceConnectivity"]}},
+}
 
 # (name, overrides merged over fidelity.json): dicts merge key by key, anything else (lists) replaces.
 VARIANTS: list[tuple[str, Overrides]] = [
@@ -77,8 +82,36 @@ VARIANTS: list[tuple[str, Overrides]] = [
     # Events (V12)
     ("event-metadata-null", {"fidelity": {"event_metadata": "null"}}),
     ("event-wording-reference", {"fidelity": {"event_wording": "reference"}}),
-    # MoveClusterNodes (V13)
-    ("move-nodes", {"incidents": [MOVE]}),
+    # MoveClusterNodes (V13): EKS clusters only in the API model, so an operator's move an EKS-minded tool might make;
+    # kept to prove a node seen in another group is checked again, not as a HyperPod Slurm behaviour.
+    ("move-nodes-eks-only", {"incidents": [MOVE]}),
+    # Stream names by NodeLogicalId, the documented line formats, and how failures and passes are written
+    ("stream-logical-id", {"fidelity": {"result_stream": "logical-id"}}),
+    ("doc-plain", {"fidelity": {"result_format": "doc-plain"}}),
+    # The documented DCGM summary alone says the node failed (replacementRequired/rebootRequired: true at info)
+    ("doc-plain-dcgm-only", {"fidelity": {"result_format": "doc-plain", "failure_line": "none"}}),
+    ("doc-plain-warn", {"fidelity": {"result_format": "doc-plain", "failure_line": "warn"}}),
+    ("doc-plain-efa-fault", {"fidelity": {"result_format": "doc-plain", "faulty_test": "efa"}}),
+    ("failure-line-warn", {"fidelity": {"failure_line": "warn", "result_lines": "per-test"}}),
+    ("failure-line-none", {"fidelity": {"failure_line": "none"}}),
+    # No pass line at all: never passed by default (and one alert); passed on silence where the policy opts in
+    ("pass-line-none", {"fidelity": {"pass_line": "none"}}),
+    ("pass-line-none-silence", {"fidelity": {"pass_line": "none"}, "policy": {"defaults": {"pass_on_silence": True}}}),
+    # Statuses outside the enum after a failed check; an isolated node that holds the operation; no retry of Failure
+    ("failed-status-failed", {"fidelity": {"failed_status": "Failed"}}),
+    ("failed-status-dhc-failed", {"fidelity": {"failed_status": "DeepHealthCheckFailed"}}),
+    (
+        "isolated-holds-operation",
+        {"fidelity": {"failed_status": "DeepHealthCheckInProgress", "isolated_holds_operation": True}},
+    ),
+    ("failure-not-retried", {"fidelity": {"failed_status": "Failure", "failure_retried": False}}),
+    ("failure-retry-slow", {"fidelity": {"failed_status": "Failure", "failure_retry_s": [1800, 3600]}}),
+    # Multi-node checks: lines naming peers, an anonymous NCCL summary per node set
+    ("peer-lines", {**CONNECTIVITY, "fidelity": {"peer_lines": True, "result_format": "doc-plain"}}),
+    ("nccl-summary", {**CONNECTIVITY, "fidelity": {"nccl_summary": True, "result_format": "doc-plain"}}),
+    # Hosts the listing does not report (the agent network's ip-...): in the hostname stream, and in line texts
+    ("foreign-hostnames", {"fidelity": {"foreign_hostnames": True, "result_stream": "hostname"}}),
+    ("foreign-hostnames-in-lines", {"fidelity": {"foreign_hostnames": True, "result_line_instance": "message"}}),
     # The acceptance case: log lag, exactly 8 of 20 nodes persistently faulty
     (
         "acceptance-lag-8-of-20",
@@ -112,6 +145,21 @@ VARIANTS: list[tuple[str, Overrides]] = [
     ),
     # A faulty node's pass lines readable before its error line, each late by up to the settle time.
     ("adv-per-test-lag", {"fidelity": {"result_lines": "per-test", "log_lag_s": [0, 180]}}),
+    # Lines per test with a lag far beyond any fixed settle time: the settle time follows the measured lag, and a
+    # pass made before a late failure line arrived is reversed (the acceptance case of "late evidence").
+    ("adv-per-test-lag-600", {"fidelity": {"result_lines": "per-test", "log_lag_s": [0, 600]}}),
+    (
+        "adv-efa-fault-lag-600",
+        {"fidelity": {"result_format": "doc-plain", "faulty_test": "efa", "log_lag_s": [0, 600]}},
+    ),
+    # The same with the settle time held short: every pass a late line would have made false is reversed.
+    (
+        "adv-efa-fault-lag-600-short-settle",
+        {
+            "fidelity": {"result_format": "doc-plain", "faulty_test": "efa", "log_lag_s": [0, 600]},
+            "policy": {"defaults": {"log_settle_s": 30, "log_settle_floor_s": 30, "log_settle_max_s": 30}},
+        },
+    ),
     (
         "adv-stuck-supersede-slow",
         {
@@ -219,6 +267,7 @@ def row(name: str, report: dict[str, Any]) -> dict[str, Any]:
         "false_pass": report["false_pass"],
         "untested_pass": report["untested_pass"],
         "false_fail": report["false_fail"],
+        "reversed": report["reversed"],
         "actions": {
             "reboot": actions["reboot"],
             "replace": actions["replace"],
@@ -279,6 +328,7 @@ def print_table(rows: list[dict[str, Any]], out: Any = sys.stdout) -> None:
             "false_pass",
             "untested_pass",
             "false_fail",
+            "reversed",
             "actions (reboot/replace/conflicting/duplicate)",
             "p95 ready->verdict",
             "virtual",
@@ -300,6 +350,7 @@ def print_table(rows: list[dict[str, Any]], out: Any = sys.stdout) -> None:
                 str(r["false_pass"]),
                 str(r["untested_pass"]),
                 str(r["false_fail"]),
+                str(r["reversed"]),
                 f"{a['reboot']}/{a['replace']}/{a['conflicting']}/{a['duplicate']}",
                 hm(r["p95_s"]),
                 hm(r["virtual_s"]),

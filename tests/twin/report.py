@@ -33,6 +33,11 @@ Version 4 added the controller's verdicts judged against the ground truth of eac
 - per node in `node_details`: `false_pass`, `untested_pass`, `false_fail` (booleans) and `evidence` (the
   record's, for the invariants' messages).
 
+Version 6 added `reversed` (passes the controller took back when a line that would have kept the node from passing
+arrived after its verdict; per node `reversals`) and `readings`, what the controller saw the cluster do (stream
+naming, line shapes, lag, statuses after a failed check, busy errors; `domain.readings.ClusterReadings`) with
+`as_fidelity`, the same as a scenario's `fidelity` block.
+
 Version 5 added `exposure`, what the scenario's `workload` ran on hardware nobody had validated yet (a node is
 schedulable while it is `Running` in the fake and not drained in the twin's simulated Slurm):
 - `schedulable_before_check_s` {p50, p95, max}: per node that became ready, the seconds it was schedulable before
@@ -59,7 +64,7 @@ from deephealth.domain.policy import Budget, parse_config
 from tests.harness.engine import TABLE_NAME
 from tests.twin.simulation import CONTROLLER_GROUP, SimulatedHyperPod, Twin
 
-REPORT_VERSION = 5
+REPORT_VERSION = 6
 INCONCLUSIVE_ALERT = "node-inconclusive"  # the notification an operator gets for a node left inconclusive
 VERDICT_CATEGORIES = (
     "passed", "passed_after_reboot", "replaced", "quarantined", "failed", "inconclusive", "gone", "held",
@@ -145,6 +150,7 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
                 "instance_ids": list(n.instance_ids),
                 "exposure_s": None if exposure_s is None else round(exposure_s, 1),
                 "jobs": jobs_by_node.get(n.logical_id, 0),
+                "reversals": getattr(record, "reversals", 0),  # getattr: a controller before the field (FIDELITY.md)
                 **{k: v for k, v in judged.get(n.logical_id, NOT_JUDGED).items() if k != "false_fail_count"},
                 "evidence": list(record.evidence) if record else [],
             }
@@ -169,6 +175,7 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
             "kind": n["attributes"].get("kind"),
             "group": n["attributes"].get("group"),
             "node": n["message"].get("node"),
+            "subject": n.get("subject"),
         }
         for n in twin.notifications()
     ]
@@ -185,6 +192,7 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
         "false_fail": sum(g["false_fail"] for g in by_group.values()),
         "by_group": by_group,
         "verdicts": {k: verdicts.get(k, 0) for k in VERDICT_CATEGORIES},
+        "reversed": sum(getattr(r, "reversals", 0) for r in records.values()),
         "actions": {
             "reboot": controller_actions.get(Action.REBOOT.value, 0),
             "replace": controller_actions.get(Action.REPLACE.value, 0),
@@ -223,10 +231,30 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
         "safety": safety_report(twin, records, t0),
         "iam": twin.iam.report(),
         "exposure": exposure_report(twin, exposures),
+        "readings": readings_report(twin),
         "latency_s": {"ready_to_verdict": percentiles(latencies), "check": percentiles(sim.check_durations)},
         "virtual_s": round(twin.clock.now() - t0, 1),
         "wall_s": round(wall_s, 2),
         "node_details": details,
+    }
+
+
+def readings_report(twin: Twin) -> dict[str, Any]:
+    """What the controller saw the cluster do, with its `fidelity` block ({} for a controller that keeps none, as
+    FIDELITY.md's `before` column runs one)."""
+    readings = twin.readings(twin.scenario.cluster.name)
+    if readings is None:
+        return {}
+    return {
+        "lines": readings.lines,
+        "streams": readings.streams,
+        "shapes": {k: v.count for k, v in sorted(readings.shapes.items())},
+        "pass_lines": readings.pass_lines,
+        "lag_s": {"min": readings.lag_min_s, "max": readings.lag_max_s, "late_lines": readings.late_lines},
+        "statuses_after_failure": readings.statuses_after_failure,
+        "busy_errors": {k: v.count for k, v in readings.busy_errors.items()},
+        "silent_nodes": readings.silent_nodes,
+        "as_fidelity": readings.as_fidelity(),
     }
 
 

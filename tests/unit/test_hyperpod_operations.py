@@ -1,5 +1,5 @@
 """The HyperPod adapter's reading of cluster operations and instance events (botocore Stubber, no fake):
-a refused check is busy only while a DeepHealthCheck operation is in progress, whatever its wording."""
+a refused check is busy when its words say so, or while a DeepHealthCheck operation is in progress."""
 
 import datetime as dt
 
@@ -81,25 +81,42 @@ def test_check_in_progress_errors_are_mapped(stubbed, code, status, raised):
     [
         ("ConflictException", "There is an existing DeepHealthCheck operation"),
         ("ValidationException", "A deep health check is already in progress for cluster hp."),
-        ("ValidationException", "Something no one wrote down"),
+        ("ValidationException", "Only one on-demand deep health check request can be active per cluster."),
+        ("ResourceInUse", "Something no one wrote down"),
     ],
 )
-def test_a_refusal_while_an_operation_is_in_progress_is_busy_whatever_its_wording(stubbed, code, message):
+def test_a_refusal_that_says_busy_is_busy_whatever_a_second_look_would_find(stubbed, code, message):
+    """The operation it met may have ended before a ListClusterOperations call could see it: no call is made."""
     hp, stub = stubbed
     stub.add_client_error("start_cluster_health_check", code, message)
+    with pytest.raises(ClusterBusy):
+        hp.start_health_check("hp", CONFIGS)
+
+
+def test_a_refusal_in_other_words_is_busy_while_an_operation_is_in_progress(stubbed):
+    hp, stub = stubbed
+    stub.add_client_error("start_cluster_health_check", "ValidationException", "Something no one wrote down")
     _operations(stub, IN_PROGRESS)
     with pytest.raises(ClusterBusy):
         hp.start_health_check("hp", CONFIGS)
 
 
-def test_a_refusal_with_no_operation_in_progress_is_a_refusal_of_the_request_even_if_it_says_busy(stubbed):
+def test_a_refusal_in_other_words_with_no_operation_in_progress_is_a_refusal_of_the_request(stubbed):
     hp, stub = stubbed
-    message = "Deep health checks are not supported for instance type ml.g5.8xlarge (already in progress)"
+    message = "Deep health checks are not supported for instance type ml.g5.8xlarge"
     stub.add_client_error("start_cluster_health_check", "ValidationException", message)
     _operations(stub)
     with pytest.raises(CheckRefused) as refused:
         hp.start_health_check("hp", CONFIGS)
     assert refused.value.code == "ValidationException" and refused.value.message == message
+
+
+def test_the_active_check_is_the_oldest_operation_in_progress_with_its_start(stubbed):
+    hp, stub = stubbed
+    _operations(stub, IN_PROGRESS)
+    active = hp.active_check("hp")
+    assert active is not None and active.operation_id == IN_PROGRESS["OperationId"]
+    assert active.created_at == IN_PROGRESS["CreationTime"].timestamp()
 
 
 def test_throttled_to_the_end_while_an_operation_is_in_progress_is_busy(stubbed, monkeypatch):

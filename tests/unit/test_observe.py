@@ -1,8 +1,9 @@
-from deephealth.domain.nodes import Action, NodeRecord, NodeSnapshot, NodeState, Verdict
+from deephealth.domain.nodes import Action, NodeRecord, NodeSnapshot, NodeState, Outcome, Verdict
 from deephealth.domain.observe import GONE_AFTER_S, Observation, observe
 from deephealth.domain.policy import GroupContext, GroupPolicy, Mode, NodeRecovery
 from deephealth.domain.recovery import REBOOT_SETTLE_S
-from deephealth.domain.results import Level, ResultLine, ResultLog
+from deephealth.domain.result_lines import ALL_TESTS, Finding, ResultLine
+from deephealth.domain.results import NameIndex, ResultLog
 
 A, B = "i-0000000000000000a", "i-0000000000000000b"
 GROUPS = {
@@ -14,12 +15,17 @@ GROUPS = {
 
 
 def lines(logs: dict[str, str] | None, passed: tuple[str, ...] = ()) -> ResultLog | None:
-    """Result lines as read: an error line per instance in `logs`, a pass line per instance in `passed`."""
+    """Result lines as read: a failure line per instance in `logs`, a pass line per instance in `passed`, each in
+    the instance's own stream (the record `lid` holds instance A)."""
     if logs is None:
         return None
-    found = [ResultLine(950.0, Level.ERROR, frozenset({iid}), msg) for iid, msg in logs.items()]
-    found += [ResultLine(950.0, Level.PASS, frozenset({iid}), "passed") for iid in passed]
-    return ResultLog(tuple(found), since=0.0, read_at=0.0)
+    found = [ResultLine(950.0, 950.0, iid, Finding.FAIL, msg, "error", stream_names=frozenset({iid}))
+             for iid, msg in logs.items()]  # fmt: skip
+    found += [
+        ResultLine(950.0, 950.0, iid, Finding.PASS, "passed", "info", proves=ALL_TESTS, stream_names=frozenset({iid}))
+        for iid in passed
+    ]
+    return ResultLog(tuple(found), since=0.0, read_at=0.0, index=NameIndex({A: "lid", B: "lid-b"}))
 
 
 def obs(now=1000.0, logs=None, recovery=NodeRecovery.NONE, judge=True, passed=()) -> Observation:
@@ -238,3 +244,50 @@ def test_a_recovering_node_that_gets_a_new_instance_is_rechecked_without_judging
 def test_a_dry_run_record_stays_shadowed_while_the_group_observes_hyperpods_own_checks():
     shadowed = rec(NodeState.SHADOWED, group="native")
     assert observe("c", shadowed, snap(group="native"), obs()) is None
+
+
+def log_at(*lines: tuple[float, str, str, Finding]) -> ResultLog:
+    """Lines (at, instance whose stream, text, finding) as a look read them."""
+    found = [
+        ResultLine(at, at, iid, finding, text, "error" if finding == Finding.FAIL else "info",
+                   proves=ALL_TESTS if finding == Finding.PASS else frozenset(), stream_names=frozenset({iid}))
+        for at, iid, text, finding in lines
+    ]  # fmt: skip
+    return ResultLog(tuple(found), since=0.0, read_at=0.0, index=NameIndex({A: "lid", B: "lid-b"}))
+
+
+def judged(now, results, **kw):
+    return Observation(now=now, node_recovery=NodeRecovery.NONE, trigger="t", results=results, groups=GROUPS, **kw)
+
+
+def test_a_failure_line_that_arrives_after_the_pass_reverses_it_and_its_recovery_follows():
+    outcomes = [Outcome(at=1100.0, verdict=Verdict.PASSED, instance_id=A)]
+    passed = rec(NodeState.PASSED, verdict=Verdict.PASSED, verdict_at=1100.0, check_started_at=500.0,
+                 check_left_at=900.0, outcomes=outcomes)  # fmt: skip
+    late = log_at((800.0, A, "ERROR: DCGM level 4 failed on GPU 2", Finding.FAIL))
+    reversed_, decision = observe("c", passed, snap(), judged(1500.0, late))
+    assert reversed_.state == NodeState.RECOVERY_DUE and reversed_.action == Action.REBOOT
+    assert reversed_.reversals == 1 and [o.verdict for o in reversed_.outcomes] == [Verdict.FAILED]
+    assert decision.reason.startswith("verdict reversed") and "GPU 2" in decision.evidence[0]
+    # A line outside its check window (a later check, another node) or after revisit_s changes nothing.
+    assert observe("c", passed, snap(), judged(1500.0, log_at((950.0, A, "ERROR", Finding.FAIL)))) is None
+    assert observe("c", passed, snap(), judged(1500.0, log_at((800.0, B, "ERROR", Finding.FAIL)))) is None
+    assert observe("c", passed, snap(), judged(1100.0 + 3601, late)) is None
+
+
+def test_a_status_outside_the_enum_after_the_check_is_a_failure_handled_like_failure():
+    record = rec(NodeState.CHECKING, round_id="r", check_started_at=900.0, seen_in_progress=True)
+    left, _ = observe("c", record, snap("DeepHealthCheckFailed"), judged(2000.0, None))
+    assert left.check_left_at == 2000.0
+    failed, decision = observe("c", left, snap("DeepHealthCheckFailed"), judged(2060.0, None))
+    assert decision.verdict == Verdict.FAILED and "DeepHealthCheckFailed" in decision.evidence[0]
+    assert failed.state == NodeState.RECOVERY_DUE and failed.action == Action.AWAIT_HYPERPOD, "grace first"
+
+
+def test_a_node_overdue_in_its_check_has_its_lines_read_and_a_failure_line_fails_it():
+    record = rec(NodeState.CHECKING, round_id="r", check_started_at=0.0, seen_in_progress=True)
+    lines = log_at((2000.0, A, "ERROR: NCCL bandwidth", Finding.FAIL))
+    in_check = snap("DeepHealthCheckInProgress")
+    assert observe("c", record, in_check, judged(2000.0, lines, check_active=True)) is None, "not overdue yet"
+    failed, decision = observe("c", record, in_check, judged(2700.0 + 300.0, lines, check_active=True))
+    assert decision.verdict == Verdict.FAILED and failed.state == NodeState.RECOVERY_DUE

@@ -256,3 +256,31 @@ def test_plan_recovery_takes_the_clusters_node_recovery_as_the_enum_or_its_strin
         assert record.action == Action.AWAIT_HYPERPOD
     record, _ = apply_verdict(rec(), Verdict.FAILED, ("x",), GroupPolicy(), NodeRecovery.NONE, NOW, None)
     assert record.action == Action.REBOOT
+
+
+@pytest.mark.parametrize(
+    ("ladder", "attempts", "expected"),
+    [
+        (("reboot", "replace"), 0, Action.REPLACE),  # a DCGM summary says replacementRequired: no reboot first
+        (("reboot", "replace"), 1, Action.REPLACE),
+        (("reboot", "reboot", "replace"), 0, Action.REPLACE),
+        (("reboot",), 0, Action.REBOOT),  # the policy allows no replacement: the hint cannot add one
+        (("reboot", "replace"), 2, None),  # out of steps: quarantine, hint or not
+    ],
+)
+def test_a_replacement_hint_skips_the_reboots_the_ladder_allows_it_to(ladder, attempts, expected):
+    policy = GroupPolicy(ladder=ladder, max_attempts=len(ladder))
+    assert ladder_step(policy, attempts, Action.REPLACE) == expected
+    assert ladder_step(policy, attempts, Action.REBOOT) == ladder_step(policy, attempts)
+
+
+def test_a_failed_verdict_with_a_replacement_hint_goes_straight_to_replacement_and_a_recheck_forgets_it():
+    record, _ = apply_verdict(rec(), Verdict.FAILED, ("dcgm",), GroupPolicy(), "None", NOW, "r1", hint=Action.REPLACE)
+    assert record.action == Action.REPLACE and record.recovery_hint == Action.REPLACE
+    grace, _ = apply_verdict(
+        rec(), Verdict.FAILED, ("dcgm",), GroupPolicy(), "Automatic", NOW, "r1", hint=Action.REPLACE
+    )
+    assert grace.action == Action.AWAIT_HYPERPOD and due_action(grace, GroupPolicy(), NOW + 3600) == Action.REPLACE
+    snapshot = NodeSnapshot(group="g", instance_id="i-0000000000000000b", logical_id="n1", status="Running")
+    back, _ = observe_recovering(record.model_copy(update={"state": NodeState.RECOVERING}), snapshot, NOW, "t")
+    assert back is not None and back.recovery_hint is None

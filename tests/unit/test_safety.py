@@ -375,3 +375,21 @@ def test_a_node_not_due_yet_is_left_to_its_due_time():
     later = node("l", action=Action.REBOOT, not_before=NOW + 60, action_retries=3)
     plan = gate([later])
     assert plan.changes == [] and not any(plan.acts.values())
+
+
+def test_a_node_in_a_status_the_api_does_not_document_may_be_acted_on():
+    plan = gate([node("odd", status="DeepHealthCheckFailed")])
+    assert [r.key for r in plan.acts[Action.REPLACE]] == ["odd"]
+    busy = gate([node("busy", status="ShuttingDown")])
+    assert not busy.acts[Action.REPLACE] and busy.changes[0][0].held_by == "node-busy"
+
+
+def test_a_node_isolated_in_its_check_after_its_own_failure_line_may_be_acted_on_while_the_operation_runs():
+    failed_line = node("iso", status="DeepHealthCheckInProgress", verdict=Verdict.FAILED)
+    records = {failed_line.key: failed_line}
+    plan = gate_recovery([failed_line], records, groups(), LOOSE, SafetyState(cluster="c"), NOW, "r", True)
+    assert [r.key for r in plan.acts[Action.REPLACE]] == ["iso"], "its failure line says its check is over"
+    replaced_by_us = node("iso2", status="DeepHealthCheckInProgress", verdict=Verdict.REPLACED_BY_HYPERPOD)
+    records = {replaced_by_us.key: replaced_by_us}
+    plan = gate_recovery([replaced_by_us], records, groups(), LOOSE, SafetyState(cluster="c"), NOW, "r", True)
+    assert not plan.acts[Action.REPLACE], "in a check that still runs, with no failure of its own: wait"

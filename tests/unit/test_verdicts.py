@@ -2,18 +2,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deephealth.domain.nodes import FAILURE_STATUSES, NodeRecord, NodeSnapshot, NodeState, Verdict
-from deephealth.domain.results import NodeResults
+from deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState, Verdict, failure_like
+from deephealth.domain.result_lines import ALL_TESTS, Finding, ResultLine
+from deephealth.domain.result_lines import Test as Probe
+from deephealth.domain.results import NodeEvidence
 from deephealth.domain.verdicts import SKIP_GRACE_S, Look, judge_check, left_check
 
 T0 = 1_000_000.0
 TIMEOUT = 3 * 3600
 SETTLE = 300
-ERROR = NodeResults(error="ERROR: DCGM level 4 failed")
-PASS = NodeResults(passed=True)
-NOTHING = NodeResults()
-ANON_ERROR = NodeResults(unattributed_errors=1, unattributed_passes=3)
-ANON_PASS = NodeResults(unattributed_passes=4)
+FAIL_LINE = ResultLine(T0, T0, "x", Finding.FAIL, "ERROR: DCGM level 4 failed", level="error")
+ODD_LINE = ResultLine(T0, T0, "x", Finding.UNRECOGNISED, "GPU 3 at 87 C", level="warn")
+ERROR = NodeEvidence(failures=(FAIL_LINE,), own_lines=1)
+PASS = NodeEvidence(proven=ALL_TESTS, own_lines=1)
+NOTHING = NodeEvidence()
+ANON_ERROR = NodeEvidence(anonymous_failures=(FAIL_LINE,), anonymous_passes=3, anonymous_proven=ALL_TESTS)
+ANON_PASS = NodeEvidence(anonymous_passes=4, anonymous_proven=ALL_TESTS)
 
 
 def checking(**kw) -> NodeRecord:
@@ -130,20 +134,31 @@ RECORDS = st.builds(
     check_left_at=st.none() | st.floats(T0 - 30_000, T0 + 30_000),
 )
 SNAPSHOTS = st.none() | st.builds(snap, status=STATUSES, instance_id=IDS)
+TESTS = st.frozensets(st.sampled_from(list(Probe)))
+LINES = st.lists(st.sampled_from([FAIL_LINE]), max_size=2).map(tuple)
+ODD = st.lists(st.sampled_from([ODD_LINE]), max_size=2).map(tuple)
 RESULTS = st.none() | st.builds(
-    NodeResults,
-    error=st.none() | st.just("") | st.text(max_size=400),
-    passed=st.booleans(),
-    unattributed_errors=st.integers(0, 3),
-    unattributed_passes=st.integers(0, 3),
+    NodeEvidence,
+    proven=TESTS,
+    failures=LINES,
+    unrecognised=ODD,
+    own_lines=st.integers(0, 6),
+    anonymous_failures=LINES,
+    anonymous_unrecognised=ODD,
+    anonymous_proven=TESTS,
+    anonymous_passes=st.integers(0, 3),
+)
+REQUIRED = st.sampled_from(
+    [frozenset({Probe.STRESS, Probe.GPU_PCI, Probe.DCGM, Probe.EFA}), frozenset({Probe.NCCL}), ALL_TESTS]
 )
 
 
-def failure_evidence(record: NodeRecord, snapshot: NodeSnapshot, results: NodeResults | None) -> bool:
-    """What may make a node FAILED: an error line naming it, Failure, or Pending after being seen in the check."""
+def failure_evidence(record: NodeRecord, snapshot: NodeSnapshot, results: NodeEvidence | None) -> bool:
+    """What may make a node FAILED: a failure line of its own, Failure or a status the API does not document, or
+    Pending after being seen in the check."""
     return (
-        bool(results and results.error)
-        or snapshot.status in FAILURE_STATUSES
+        bool(results and results.failures)
+        or failure_like(snapshot.status)
         or (snapshot.status == "Pending" and record.seen_in_progress)
     )
 
@@ -156,10 +171,12 @@ def failure_evidence(record: NodeRecord, snapshot: NodeSnapshot, results: NodeRe
     elapsed=st.floats(0, 30_000),
     active=st.none() | st.booleans(),
     timeout=st.floats(600, 21_600),
+    required=REQUIRED,
+    silence=st.none() | st.floats(600, 7200),
 )
-def test_decision_table_properties(record, snapshot, results, elapsed, active, timeout):
+def test_decision_table_properties(record, snapshot, results, elapsed, active, timeout, required, silence):
     now = T0 + elapsed
-    judgement = judge_check(record, snapshot, Look(now, results, active, timeout, SETTLE))
+    judgement = judge_check(record, snapshot, Look(now, results, active, timeout, SETTLE, required, silence))
     verdict = judgement.verdict if judgement else None
     if judgement is not None:
         assert judgement.evidence and all(judgement.evidence), "every verdict carries its evidence"
@@ -176,13 +193,17 @@ def test_decision_table_properties(record, snapshot, results, elapsed, active, t
     failing = failure_evidence(record, snapshot, results)
     assert (verdict == Verdict.FAILED) == failing, "FAILED exactly when there is failure evidence"
     if verdict == Verdict.PASSED:
-        # Positive evidence only: seen in the check, done with it, settled, Running, and a line that says so
-        # (or HyperPod's on-start pass), with no error naming it or naming nobody.
+        # Positive evidence only: seen in the check, done with it, settled, Running, and a pass line for every test
+        # it ran (or HyperPod's on-start pass, or silence that lasted where the policy accepts it), with no line
+        # about it or naming nobody that is not a pass.
         assert record.seen_in_progress or record.observe_only, "never seen in the check is not a pass"
         assert record.check_left_at is not None and now - record.check_left_at >= SETTLE, "read before settling"
         assert snapshot.status == "Running" and results is not None
-        assert not results.error and not results.unattributed_errors, "an error naming it or nobody is never a pass"
-        assert results.passed or record.observe_only
+        assert not results.failures and not results.anonymous_failures, "a failure line is never a pass"
+        assert not results.unrecognised and not results.anonymous_unrecognised, "an unknown line is never a pass"
+        proven = required <= results.proven | (results.anonymous_proven & {Probe.NCCL})
+        silent = silence is not None and results.silent and active is False and now - record.check_left_at >= silence
+        assert proven or record.observe_only or silent, "every test it ran proven passed"
     if verdict in (Verdict.SKIPPED, Verdict.INCONCLUSIVE):
         assert not failing, "missing evidence never comes with failure evidence"
 

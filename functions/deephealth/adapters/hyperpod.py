@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -19,6 +20,27 @@ NOT_FOUND_CODES = frozenset({"ResourceNotFound", "ResourceNotFoundException"})
 NOT_HYPERPODS_REFUSAL = frozenset({"AccessDeniedException", "AccessDenied", "UnauthorizedOperation"})
 OPERATIONS_PAGE = 10  # ListClusterOperations MaxResults: one page answers "is one in progress?"
 MAX_PAGES = 5  # pages read per question (operations in progress; a node's events since its verdict)
+# A refusal that says a check is already running, in any of the words a service uses for it: busy, whatever a
+# second look at the operations finds (the operation it met may just have ended).
+BUSY_CODES = frozenset({"ConflictException", "ResourceInUse", "ResourceInUseException", "ConcurrentModification"})
+BUSY_WORDS = re.compile(
+    r"already (?:in progress|running|active|exists)|in progress|only one|\bbusy\b|existing \w+ ?operation|"
+    r"concurrent|try again later",
+    re.IGNORECASE,
+)
+
+
+def says_busy(code: str, message: str) -> bool:
+    """The refusal's code or words say a check (or another operation) is already running."""
+    return code in BUSY_CODES or BUSY_WORDS.search(message) is not None
+
+
+@dataclass(frozen=True)
+class ActiveCheck:
+    """A DeepHealthCheck cluster operation InProgress."""
+
+    operation_id: str
+    created_at: float | None  # epoch s
 
 
 @dataclass(frozen=True)
@@ -152,25 +174,31 @@ class HyperPod:
         """Whether an on-demand deep health check is active on the cluster, by HyperPod's own record of it (a
         DeepHealthCheck cluster operation InProgress), not by what node statuses suggest: a node can stay
         DeepHealthCheckInProgress after its check ended."""
+        return self.active_check(cluster) is not None
+
+    def active_check(self, cluster: str) -> ActiveCheck | None:
+        """The oldest DeepHealthCheck cluster operation InProgress on the cluster, or None."""
         params: dict[str, Any] = {
             "ClusterName": cluster,
             "Type": "DeepHealthCheck",
             "Status": "InProgress",
             "MaxResults": OPERATIONS_PAGE,
         }
+        found: list[ActiveCheck] = []
         try:
             for _ in range(MAX_PAGES):  # a filtered page may come back empty with a token
                 page = self.sm.list_cluster_operations(**params)
-                if any(
-                    o.get("Status", "InProgress") == "InProgress" for o in page.get("ClusterOperationSummaries", [])
-                ):
-                    return True
-                if not page.get("NextToken"):
-                    return False
+                found += [
+                    ActiveCheck(o.get("OperationId", ""), _epoch(o.get("CreationTime")))
+                    for o in page.get("ClusterOperationSummaries", [])
+                    if o.get("Status", "InProgress") == "InProgress"
+                ]
+                if found or not page.get("NextToken"):
+                    break
                 params["NextToken"] = page["NextToken"]
         except (aws.ClientError, aws.BotoCoreError) as err:
             _raise_mapped(err)
-        return False
+        return min(found, key=lambda a: a.created_at or 0.0) if found else None
 
     def instance_events_since(self, cluster: str, instance_id: str, since_s: float) -> list[str]:
         """The descriptions of the Instance events HyperPod recorded for `instance_id` after `since_s` (epoch s),
@@ -195,9 +223,10 @@ class HyperPod:
         again, would be a second request while the first check runs. Throttling (not carried out) is sent again,
         up to THROTTLED_ATTEMPTS times; a 5xx surfaces as TransientError, for the caller to treat as unknown.
 
-        The error for "a check is already active" is undocumented, so a refusal is read against HyperPod's
-        operations, not its wording: ClusterBusy while a DeepHealthCheck operation is in progress, otherwise
-        CheckRefused (the request itself was refused). Throttling to the end is read the same way: a service
+        The error for "a check is already active" is undocumented: a refusal whose code or words say busy is
+        ClusterBusy whatever else is seen (the operation it met may have ended by the time we ask); any other is
+        read against HyperPod's operations: ClusterBusy while a DeepHealthCheck operation is in progress,
+        otherwise CheckRefused (the request itself was refused). Throttling to the end is read the same way: a service
         may answer "busy" with throttling."""
         sm = self._sm or aws.client_without_retries("sagemaker")
         for attempt in range(THROTTLED_ATTEMPTS):
@@ -218,8 +247,8 @@ class HyperPod:
                     code, message = _error(refused)
                     if code in NOT_HYPERPODS_REFUSAL:
                         raise  # IAM refused the call, not HyperPod the request: the round fails and shows it
-                    if self.check_in_progress(cluster):
-                        raise ClusterBusy(f"{code}: {message}") from refused
+                    if says_busy(code, message) or self.check_in_progress(cluster):
+                        raise ClusterBusy(f"{code}: {message}", refusal=(code, message)) from refused
                     raise CheckRefused(code, message) from refused
 
     def act(
@@ -288,6 +317,10 @@ def _snapshot(s: dict[str, Any]) -> NodeSnapshot:
 def _error(err: aws.ClientError) -> tuple[str, str]:
     body = err.response.get("Error", {})
     return body.get("Code", ""), body.get("Message", "")
+
+
+def _epoch(value: object) -> float | None:
+    return value.timestamp() if isinstance(value, dt.datetime) else None
 
 
 def _utc(epoch_s: float) -> dt.datetime:

@@ -1,10 +1,11 @@
 """The controller's DynamoDB table: one item per node, one round/lease item, one safety item (breaker and
-holds) and one registry item per cluster.
+holds), one readings item (what the cluster was seen to do) and one registry item per cluster.
 
 Throttling and 5xx left over after botocore's retries surface as Throttled / TransientError (the names the
 round workflow's Retry matches).
 
-Keys: pk = "CLUSTER#<name>"; sk = "NODE#<node key>" | "ROUND" | "SAFETY". Registry: pk = "CLUSTERS", sk = <name>.
+Keys: pk = "CLUSTER#<name>"; sk = "NODE#<node key>" | "ROUND" | "SAFETY" | "READINGS". Registry: pk = "CLUSTERS",
+sk = <name>.
 A node item carries the record as JSON plus the version that conditions need, and every write
 is conditional on the version read, so two writers never silently overwrite each other.
 """
@@ -14,19 +15,22 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from deephealth.adapters import aws
 from deephealth.domain.breakers import SafetyState
 from deephealth.domain.errors import StaleRecord, Throttled
 from deephealth.domain.nodes import NodeRecord
+from deephealth.domain.readings import ClusterReadings
 from deephealth.domain.rounds import chunks
 
 NODE_PREFIX = "NODE#"
 ROUND_SK = "ROUND"
 SAFETY_SK = "SAFETY"
+READINGS_SK = "READINGS"
 REGISTRY_PK = "CLUSTERS"
 BATCH_GET_MAX = 100  # keys per BatchGetItem (the API's limit)
+Doc = TypeVar("Doc", SafetyState, ClusterReadings)  # a cluster-wide document: `cluster`, `version`
 BATCH_GET_ATTEMPTS = 5
 
 
@@ -122,14 +126,31 @@ class NodeTable:
     # -- safety: the cluster's breaker and bad-capacity holds -------------------------------------------
     @aws.translated
     def safety(self, cluster: str) -> SafetyState:
-        item = self.t.get_item(Key={"pk": cluster_pk(cluster), "sk": SAFETY_SK}, ConsistentRead=True).get("Item")
-        return SafetyState.model_validate_json(item["doc"]) if item else SafetyState(cluster=cluster)
+        return self._cluster_doc(cluster, SAFETY_SK, SafetyState)
 
     @aws.translated
     def save_safety(self, state: SafetyState) -> SafetyState:
         """Write the safety state if nobody changed it since it was read (raises StaleRecord otherwise)."""
-        saved = state.model_copy(update={"version": state.version + 1})
-        self._put_versioned(state.cluster, SAFETY_SK, state.version, saved.model_dump_json())
+        return self._save_cluster_doc(state, SAFETY_SK)
+
+    # -- readings: what the cluster was seen to do (stream names, line shapes, lag, ...) ---------------------
+    @aws.translated
+    def readings(self, cluster: str) -> ClusterReadings:
+        return self._cluster_doc(cluster, READINGS_SK, ClusterReadings)
+
+    @aws.translated
+    def save_readings(self, readings: ClusterReadings) -> ClusterReadings:
+        """Write the readings if nobody changed them since they were read (raises StaleRecord otherwise)."""
+        return self._save_cluster_doc(readings, READINGS_SK)
+
+    def _cluster_doc(self, cluster: str, sk: str, model: type[Doc]) -> Doc:
+        """A cluster-wide document (its item, or a new one at version 0)."""
+        item = self.t.get_item(Key={"pk": cluster_pk(cluster), "sk": sk}, ConsistentRead=True).get("Item")
+        return model.model_validate_json(item["doc"]) if item else model(cluster=cluster)
+
+    def _save_cluster_doc(self, doc: Doc, sk: str) -> Doc:
+        saved = doc.model_copy(update={"version": doc.version + 1})
+        self._put_versioned(doc.cluster, sk, doc.version, saved.model_dump_json())
         return saved
 
     def _put_versioned(self, cluster: str, sk: str, version: int, doc: str) -> None:

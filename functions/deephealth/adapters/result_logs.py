@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from deephealth.adapters import aws
-from deephealth.domain.results import STREAM_PREFIX, ResultLine, parse_line
+from deephealth.domain.result_lines import STREAM_PREFIX, ResultLine, parse_line
 
 
 class ResultLogs:
@@ -19,7 +19,8 @@ class ResultLogs:
 
     @aws.translated
     def lines_since(self, log_group: str, since_s: float) -> tuple[ResultLine, ...]:
-        """Every result line timestamped at or after `since_s`, from one paginated query."""
+        """Every result line timestamped at or after `since_s`, from one paginated query, with when CloudWatch
+        Logs ingested it (the lag the settle time follows)."""
         lines: list[ResultLine] = []
         try:
             pages = self.logs.get_paginator("filter_log_events").paginate(
@@ -27,7 +28,12 @@ class ResultLogs:
             )
             for page in pages:
                 for event in page.get("events", []):
-                    line = parse_line(event.get("logStreamName", ""), event.get("message", ""), event["timestamp"])
+                    line = parse_line(
+                        event.get("logStreamName", ""),
+                        event.get("message", ""),
+                        event["timestamp"],
+                        event.get("ingestionTime"),
+                    )
                     if line is not None:
                         lines.append(line)
         except aws.ClientError as err:

@@ -13,7 +13,12 @@ class TransientError(Exception):
 
 
 class ClusterBusy(Exception):
-    """Another deep health check is active on the cluster (one on-demand check per cluster)."""
+    """Another deep health check is active on the cluster (one on-demand check per cluster). `refusal`: HyperPod's
+    (code, message) when it said so itself, for the cluster's readings."""
+
+    def __init__(self, message: str, refusal: tuple[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.refusal = refusal
 
 
 class ClusterNotFound(Exception):

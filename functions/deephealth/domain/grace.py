@@ -75,7 +75,7 @@ def after_grace(
             action_at=now,
             not_before=None,
         )
-    step = ladder_step(policy, attempts_counted(record, policy, now))
+    step = ladder_step(policy, attempts_counted(record, policy, now), record.recovery_hint)
     if step is None:
         return None
     return transition(

@@ -56,15 +56,40 @@ class Action(StrEnum):
     HYPERPOD = "hyperpod"  # HyperPod's own recovery, observed
 
 
-# ClusterInstanceStatus values (botocore sagemaker model).
+# ClusterInstanceStatus values (botocore 1.44.8 sagemaker model). botocore does not validate enums in responses, and
+# the model's own doc string says "Failed" where the enum says "Failure".
 RUNNING = "Running"
 IN_PROGRESS = "DeepHealthCheckInProgress"
+KNOWN_STATUSES = frozenset(
+    {
+        RUNNING,
+        "Failure",
+        "Pending",
+        "ShuttingDown",
+        "SystemUpdating",
+        IN_PROGRESS,
+        "NotFound",
+        "DetachInProgress",
+        "AttachInProgress",
+    }
+)
 DOWN_STATUSES = frozenset({"ShuttingDown", "Failure", "Pending", "NotFound"})
 FAILURE_STATUSES = frozenset({"Failure"})
 # Someone (HyperPod's own recovery, its health agent, an operator) is rebooting or replacing the node right now.
 BEING_RECOVERED_STATUSES = frozenset({"ShuttingDown", "Pending"})
 # Statuses a reboot or replacement may be requested in (HyperPod refuses the others: InvalidInstanceStatus).
 ACTIONABLE_STATUSES = frozenset({RUNNING, "Failure"})
+
+
+def failure_like(status: str | None) -> bool:
+    """`Failure`, or a status the API does not document (`Failed`, `DeepHealthCheckFailed`, ...): never a pass, and
+    handled like `Failure` (HyperPod's grace, then the ladder), with the status quoted in the evidence."""
+    return status is not None and (status in FAILURE_STATUSES or status not in KNOWN_STATUSES)
+
+
+def actionable(status: str | None) -> bool:
+    """A reboot or replacement may be asked for (a status the API does not document may be an isolated node's)."""
+    return status is None or status in ACTIONABLE_STATUSES or status not in KNOWN_STATUSES
 
 
 class NodeSnapshot(BaseModel):
@@ -126,6 +151,8 @@ class NodeRecord(BaseModel):
     # PrivateDnsHostname of the current instance, as HyperPod lists it: its short form is the node's Slurm name,
     # the key of the Slurm bridge (None on records older than this field until the next look).
     hostname: str | None = None
+    # Every short hostname its instances had: a result stream of an instance since replaced is still its own.
+    hostnames: list[str] = Field(default_factory=list)
     state: NodeState = NodeState.PENDING
     status: str | None = None
     status_at: float | None = None
@@ -138,6 +165,8 @@ class NodeRecord(BaseModel):
     observe_only: bool = False
     requested_checks: tuple[str, ...] | None = None  # an operator's on-demand check types, for the next round
     check_started_at: float | None = None
+    # The check types the node's current (or last) check ran: what a pass must prove (None on older records).
+    check_types: tuple[str, ...] | None = None
     seen_in_progress: bool = False
     # First look that found the node done with its check: its result line is read `log_settle_s` after this.
     check_left_at: float | None = None
@@ -146,9 +175,13 @@ class NodeRecord(BaseModel):
     missing_since: float | None = None
     attempts: int = 0  # recovery actions so far (ours or HyperPod's)
     inconclusive_count: int = 0
+    reversals: int = 0  # passes turned into failed or inconclusive by a result line that arrived after them
     action: Action | None = None
     action_at: float | None = None
     action_retries: int = 0
+    # What the node's failure lines ask for (a DCGM summary's replacementRequired / rebootRequired): its next
+    # ladder step skips to a replacement the policy allows.
+    recovery_hint: Action | None = None
     not_before: float | None = None
     held_by: str | None = None  # why a due recovery waits: breaker, bad-capacity, replace-budget, out-of-service
     outcomes: list[Outcome] = Field(default_factory=list)
@@ -229,6 +262,11 @@ def transition(
     return updated, decision
 
 
+def short_hostname(hostname: str | None) -> str | None:
+    """`ip-10-1-2-3.ec2.internal` -> `ip-10-1-2-3`: the node's Slurm name, and the form a result stream would use."""
+    return hostname.split(".", 1)[0] if hostname else None
+
+
 def instance_replaced(record: NodeRecord, snapshot: NodeSnapshot) -> bool:
     """The node is listed with another instance than the record's: the logical id got new hardware."""
     return bool(snapshot.instance_id and record.instance_id and snapshot.instance_id != record.instance_id)
@@ -254,6 +292,8 @@ def recheck(
         seen_down=False,
         observe_only=False,
         held_by=None,
+        recovery_hint=None,
+        check_types=None,
         **changes,
     )
 
@@ -261,6 +301,12 @@ def recheck(
 def with_instance(ids: list[str], new: str | None) -> list[str]:
     """Instance-id history with `new` appended once (the lemon trail across replacements)."""
     return [*ids, new] if new and new not in ids else ids
+
+
+def with_hostname(names: list[str], hostname: str | None) -> list[str]:
+    """Short-hostname history with `hostname`'s appended once (the most recent TRAIL_LIMIT)."""
+    short = short_hostname(hostname)
+    return [*names, short][-TRAIL_LIMIT:] if short and short not in names else names
 
 
 def with_outcome(outcomes: list[Outcome], at: float, verdict: Verdict, instance_id: str | None) -> list[Outcome]:

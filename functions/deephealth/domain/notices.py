@@ -55,7 +55,12 @@ def notices(record: NodeRecord, decision: Decision) -> list[Notice]:
             found.append(Notice(cluster, group, (Metric("NodesRecovered"),), "node-recovered", subject, detail))
         elif decision.verdict in (Verdict.FAILED, Verdict.REPLACED_BY_HYPERPOD):
             subject = f"hyperpod-dhc: {record.key} failed its deep health check"
-            found.append(Notice(cluster, group, (), "node-failed", subject, detail))
+            reversal: tuple[Metric, ...] = ()
+            if decision.from_state == NodeState.PASSED:
+                # A failure line that arrived after the pass: the node was back in service on a wrong verdict.
+                subject = f"hyperpod-dhc: {record.key} failed (its pass is reversed)"  # SNS keeps 100 characters
+                reversal = (Metric("VerdictsReversed"),)
+            found.append(Notice(cluster, group, reversal, "node-failed", subject, detail))
     entered = decision.to_state if decision.from_state != decision.to_state else None
     if entered == NodeState.QUARANTINED:
         subject = f"hyperpod-dhc: {record.key} quarantined"
@@ -63,5 +68,9 @@ def notices(record: NodeRecord, decision: Decision) -> list[Notice]:
     elif entered == NodeState.INCONCLUSIVE:
         # Missing evidence never leads to an action; it leads to a person.
         subject = f"hyperpod-dhc: {record.key} inconclusive, needs an operator"
-        found.append(Notice(cluster, group, (Metric("NodesInconclusive"),), "node-inconclusive", subject, detail))
+        inconclusive: tuple[Metric, ...] = (Metric("NodesInconclusive"),)
+        if decision.from_state == NodeState.PASSED:
+            subject = f"hyperpod-dhc: {record.key} inconclusive (its pass is reversed)"
+            inconclusive += (Metric("VerdictsReversed"),)
+        found.append(Notice(cluster, group, inconclusive, "node-inconclusive", subject, detail))
     return found

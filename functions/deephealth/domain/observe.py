@@ -11,24 +11,28 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from deephealth.domain.nodes import (
-    FAILURE_STATUSES,
     IN_PROGRESS,
     RUNNING,
+    Action,
     Decision,
     NodeRecord,
     NodeSnapshot,
     NodeState,
     Verdict,
+    failure_like,
     instance_replaced,
     recheck,
     round_seq_of,
     transition,
+    with_hostname,
     with_instance,
 )
 from deephealth.domain.policy import GroupContext, NodeRecovery
 from deephealth.domain.recovery import apply_verdict, observe_recovering, observe_recovery_due, plan_recovery
+from deephealth.domain.result_lines import required_tests
 from deephealth.domain.results import ResultLog
-from deephealth.domain.verdicts import Look, judge_check, left_check
+from deephealth.domain.rounds import expected_for
+from deephealth.domain.verdicts import Judgement, Look, judge_check, judge_late, left_check, lines_due
 
 # A node missing from listings for this long is gone; shorter gaps happen while HyperPod retries a launch.
 GONE_AFTER_S = 15 * 60
@@ -67,6 +71,7 @@ def new_record(cluster: str, snapshot: NodeSnapshot, now: float, cluster_id: str
         instance_id=snapshot.instance_id or None,
         instance_type=snapshot.instance_type,
         hostname=snapshot.hostname,
+        hostnames=with_hostname([], snapshot.hostname),
         instance_ids=[snapshot.instance_id] if snapshot.instance_id else [],
         created_at=now,
         updated_at=now,
@@ -140,7 +145,7 @@ def _pending(
 ) -> tuple[NodeRecord, Decision] | None:
     if instance_replaced(record, snapshot):
         return recheck(record, snapshot, obs.now, "instance replaced while waiting for a round", obs.trigger)
-    if snapshot.status in FAILURE_STATUSES:
+    if failure_like(snapshot.status):
         # Never checked on this instance: a launch HyperPod failed and retries with a new instance (no verdict
         # on hardware nobody tested); HyperPod gets its grace, then our ladder acts.
         return plan_recovery(record, ctx.policy, NodeRecovery.AUTOMATIC, obs.now, obs.trigger,
@@ -162,8 +167,8 @@ def _checking(
     if snapshot.status == IN_PROGRESS and not record.seen_in_progress:
         return transition(record, obs.now, record.state, f"seen in {IN_PROGRESS}", obs.trigger, seen_in_progress=True)
     if record.check_left_at is None and not replaced and left_check(record, snapshot, obs.check_active):
-        settle = ctx.policy.log_settle_s
-        reason = f"done with its check (status {snapshot.status}); its result line is read in {settle} s"
+        settle = int(ctx.settle_s)
+        reason = f"done with its check (status {snapshot.status}); its result lines are read in {settle} s"
         return transition(record, obs.now, record.state, reason, obs.trigger, check_left_at=obs.now)
     if not obs.may_judge:
         return None
@@ -203,8 +208,10 @@ def _final(
     a new instance under its logical id."""
     state = record.state
     replaced = instance_replaced(record, snapshot)
-    if state == NodeState.PASSED and not replaced and snapshot.status in FAILURE_STATUSES:
+    if state == NodeState.PASSED and not replaced and failure_like(snapshot.status):
         return _failed_outside_a_check(record, ctx, obs, f"status {snapshot.status} after passing its check")
+    if state == NodeState.PASSED and not replaced and (late := _revisited(record, ctx, obs)) is not None:
+        return _reversed(record, late, ctx, obs)
     if state == NodeState.GONE:
         return recheck(record, snapshot, obs.now, "listed again after being gone", obs.trigger)
     if state == NodeState.SHADOWED and not ctx.policy.dry_run and not ctx.observe_only:
@@ -234,7 +241,7 @@ def mark_unhealthy(
     if record.state != NodeState.PASSED or ctx is None or not ctx.watched:
         return None
     record = _refresh(record, snapshot, obs.now)
-    if snapshot.status in FAILURE_STATUSES:
+    if failure_like(snapshot.status):
         return _failed_outside_a_check(record, ctx, obs, f"health event: {reason[:300]}; status {snapshot.status}")
     return transition(
         record,
@@ -300,11 +307,22 @@ def _verdict(
     record: NodeRecord, snapshot: NodeSnapshot | None, ctx: GroupContext, obs: Observation
 ) -> tuple[NodeRecord, Decision] | None:
     """The check's verdict on a node in it (None: no verdict yet), and the node's next state after it."""
-    results = None
-    if obs.results is not None and record.check_started_at is not None:
-        hostname = snapshot.hostname if snapshot else None
-        results = obs.results.for_node(record.instance_id, hostname, since=record.check_started_at)
-    look = Look(obs.now, results, obs.check_active, ctx.policy.check_timeout_s, ctx.policy.log_settle_s)
+    types = checked_for(record, ctx)
+    evidence = None
+    started = record.check_started_at
+    if obs.results is not None and started is not None and lines_due(record, snapshot, obs.now, ctx.settle_s,
+                                                                      expected_for(types)):  # fmt: skip
+        evidence = obs.results.evidence(record.key, started, record.check_left_at)
+    look = Look(
+        obs.now,
+        evidence,
+        obs.check_active,
+        ctx.policy.check_timeout_s,
+        ctx.settle_s,
+        required=required_tests(types),
+        silent_pass_after_s=ctx.revisit_s if ctx.policy.pass_on_silence else None,
+        revisit_s=ctx.revisit_s,
+    )
     judgement = judge_check(record, snapshot, look)
     if judgement is None:
         return None
@@ -318,13 +336,62 @@ def _verdict(
         obs.trigger,
         new_instance_id=snapshot.instance_id if snapshot else None,
         recheck=judgement.recheck,
+        hint=Action(judgement.hint) if judgement.hint else None,
     )
+
+
+def checked_for(record: NodeRecord, ctx: GroupContext) -> tuple[str, ...]:
+    """The check types the node's current check runs: HyperPod's on-start checks, or what our request asked."""
+    return (ctx.on_start_checks if record.observe_only else None) or record.check_types or ctx.policy.checks
+
+
+def revisiting(record: NodeRecord, ctx: GroupContext, now: float) -> bool:
+    """A passed node whose check window is still read for lines that arrive late: `revisit_s` after its pass."""
+    return (
+        record.state == NodeState.PASSED
+        and record.verdict == Verdict.PASSED
+        and record.check_started_at is not None
+        and record.verdict_at is not None
+        and now - record.verdict_at <= ctx.revisit_s
+    )
+
+
+def _revisited(record: NodeRecord, ctx: GroupContext, obs: Observation) -> Judgement | None:
+    """A passed node's check window read again: what lines that arrived after the pass say, when it is not a
+    pass."""
+    started = record.check_started_at
+    if obs.results is None or started is None or not revisiting(record, ctx, obs.now) or obs.results.since > started:
+        return None
+    return judge_late(obs.results.evidence(record.key, started, record.check_left_at or record.verdict_at))
+
+
+def _reversed(record: NodeRecord, late: Judgement, ctx: GroupContext, obs: Observation) -> tuple[NodeRecord, Decision]:
+    """The pass is taken back: its outcome becomes the late verdict (the lemon trail counts one verdict, not a
+    flap), and the node goes where that verdict leads (recovery, or an operator)."""
+    trail = record.outcomes
+    if trail and trail[-1].verdict == Verdict.PASSED:
+        trail = trail[:-1]
+    unpassed = record.model_copy(update={"outcomes": trail, "reversals": record.reversals + 1})
+    updated, decision = apply_verdict(
+        unpassed,
+        late.verdict,
+        late.evidence,
+        ctx.policy,
+        obs.node_recovery,
+        obs.now,
+        obs.trigger,
+        recheck=late.recheck,
+        hint=Action(late.hint) if late.hint else None,
+    )
+    reason = f"verdict reversed (passed at {int(record.verdict_at or 0)}): {decision.reason}"
+    history = [*updated.history[:-1], updated.history[-1].model_copy(update={"reason": reason})]
+    return updated.model_copy(update={"history": history}), decision.model_copy(update={"reason": reason})
 
 
 def _recovering_itself(snapshot: NodeSnapshot | None, obs: Observation) -> NodeRecovery | str:
     """The cluster's NodeRecovery, as far as this node goes: a node in `Failure` is HyperPod's to retry with a
     new instance whatever the setting, so it gets HyperPod's grace before any action of ours."""
-    if snapshot is not None and snapshot.status in FAILURE_STATUSES:
+    if snapshot is not None and failure_like(snapshot.status):
         return NodeRecovery.AUTOMATIC
     return obs.node_recovery
 
@@ -337,4 +404,6 @@ def _refresh(record: NodeRecord, snapshot: NodeSnapshot, now: float) -> NodeReco
         update.update(status=snapshot.status, status_at=now)
     if snapshot.hostname and snapshot.hostname != record.hostname:
         update["hostname"] = snapshot.hostname
+    if (names := with_hostname(record.hostnames, snapshot.hostname)) != record.hostnames:
+        update["hostnames"] = names
     return record.model_copy(update=update) if update else record

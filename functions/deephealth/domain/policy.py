@@ -56,6 +56,8 @@ NotificationKind = Literal[
     "capacity-hold",
     "breaker-tripped",
     "breaker-reset",
+    "reading-observed",
+    "check-overdue",
 ]
 NOTIFICATION_KINDS: tuple[str, ...] = NotificationKind.__args__  # type: ignore[attr-defined]
 LadderStep = Literal["reboot", "replace"]
@@ -127,10 +129,19 @@ class GroupPolicy(_Strict):
     poll_interval_s: Annotated[int, Field(ge=30, le=3600)] = 60
     check_timeout_s: Annotated[int, Field(ge=600, le=6 * 3600)] = 3 * 3600
     recovery_grace_s: Annotated[int, Field(ge=0, le=6 * 3600)] = 1800  # wait for HyperPod's own recovery
-    # A node's result line is read this long after it left its check: CloudWatch Logs delivers lines late, and a
-    # pass needs the line (docs/FIDELITY.md). 180 s: the widest ingestion lag the fidelity matrix plays; a longer
-    # lag makes a healthy node `skipped` and re-checked, never passed, while HyperPod writes one line per node.
-    log_settle_s: Annotated[int, Field(ge=0, le=3600)] = 180
+    # A node's result lines are read this long after it left its check (CloudWatch Logs delivers lines late, and a
+    # pass needs them) while the controller has not measured the cluster's lag yet; then the settle time follows
+    # the lag it measures (domain/readings.py), within [`log_settle_floor_s`, `log_settle_max_s`]. CloudWatch
+    # documents no bound; a line later than the settle time is caught by the revisit below.
+    log_settle_s: Annotated[int, Field(ge=0, le=3600)] = 300
+    log_settle_floor_s: Annotated[int, Field(ge=0, le=3600)] = 30
+    log_settle_max_s: Annotated[int, Field(ge=0, le=3600)] = 3600
+    # A passed node's check window is read again for this long (or twice the largest lag measured, if longer): a
+    # failure line that arrives after the pass reverses it.
+    revisit_s: Annotated[int, Field(ge=600, le=14 * 86400)] = 3600
+    # For clusters that log no pass line: a node seen in its check, Running again with HyperPod's operation over,
+    # and no line about it through `revisit_s` passes. Off: such a node is never passed (docs/FIDELITY.md).
+    pass_on_silence: bool = False
     # Re-check passed nodes whose last verdict is older than this (idle nodes go stale); off by default.
     revalidate_every_days: Annotated[int, Field(ge=1, le=365)] | None = None
     # Concurrency: nodes of this group in one round, and the share of the group the controller may hold out
@@ -155,6 +166,12 @@ class GroupPolicy(_Strict):
         if len(set(checks)) != len(checks):
             raise ValueError("checks must not repeat a check type")
         return checks
+
+    @model_validator(mode="after")
+    def _settle_bounds_in_order(self) -> GroupPolicy:
+        if not self.log_settle_floor_s <= self.log_settle_s <= self.log_settle_max_s:
+            raise ValueError("log_settle_floor_s <= log_settle_s <= log_settle_max_s must hold")
+        return self
 
     @model_validator(mode="after")
     def _ladder_fits_recovery(self) -> GroupPolicy:
@@ -284,6 +301,20 @@ class GroupContext:
     policy: GroupPolicy
     worker: bool = True  # Slurm controller/login groups are never checked or recovered
     on_start_checks: tuple[str, ...] = ()  # HyperPod's OnStartDeepHealthChecks for the group
+    # The settle and revisit times the cluster's measured result-log lag gives this group's policy
+    # (domain/readings.py); None: the policy's own, as before any lag was measured.
+    measured_settle_s: float | None = None
+    measured_revisit_s: float | None = None
+
+    @property
+    def settle_s(self) -> float:
+        """How long after a node left its check its result lines are read."""
+        return self.policy.log_settle_s if self.measured_settle_s is None else self.measured_settle_s
+
+    @property
+    def revisit_s(self) -> float:
+        """How long a passed node's check window is read again for a late failure line."""
+        return self.policy.revisit_s if self.measured_revisit_s is None else self.measured_revisit_s
 
     @property
     def watched(self) -> bool:

@@ -49,10 +49,13 @@ ACTION_TIMEOUT_S = 90 * 60
 FAILING = frozenset({Verdict.FAILED, Verdict.REPLACED_BY_HYPERPOD})
 
 
-def ladder_step(policy: GroupPolicy, attempts: int) -> Action | None:
-    """The action for a node that has already had `attempts` recovery actions, or None to quarantine."""
-    steps = policy.steps()
-    return Action(steps[attempts]) if attempts < len(steps) else None
+def ladder_step(policy: GroupPolicy, attempts: int, hint: Action | None = None) -> Action | None:
+    """The action for a node that has already had `attempts` recovery actions, or None to quarantine. A node whose
+    failure line says a replacement is required skips the reboots before the ladder's next replacement."""
+    steps = policy.steps()[attempts:]
+    if hint == Action.REPLACE and Action.REPLACE.value in steps:
+        return Action.REPLACE
+    return Action(steps[0]) if steps else None
 
 
 def attempts_counted(record: NodeRecord, policy: GroupPolicy, now: float) -> int:
@@ -90,9 +93,10 @@ def apply_verdict(
     trigger: str | None,
     new_instance_id: str | None = None,
     recheck: bool = True,
+    hint: Action | None = None,
 ) -> tuple[NodeRecord, Decision]:
     """The node's next state after `verdict`. `recheck=False`: an inconclusive verdict a re-check cannot settle
-    goes to `inconclusive` at once (an operator decides)."""
+    goes to `inconclusive` at once (an operator decides). `hint`: the recovery its failure lines ask for."""
     outcomes = with_outcome(record.outcomes, now, verdict, record.instance_id)
     base: dict[str, object] = {
         "verdict": verdict,
@@ -103,6 +107,7 @@ def apply_verdict(
         "observe_only": False,
         "requested_checks": None,
         "outcomes": outcomes,
+        "recovery_hint": hint,
     }
     if verdict in (Verdict.PASSED, *FAILING) and (lemon := lemon_reason(outcomes, policy.lemon, now)):
         return transition(
@@ -180,7 +185,8 @@ def plan_recovery(
     if policy.recovery == Recovery.NONE:
         return transition(record, now, NodeState.FAILED, "check failed; recovery policy is none", trigger, **verdict)
     attempts = attempts_counted(record, policy, now)
-    step = ladder_step(policy, attempts)
+    hint = verdict.get("recovery_hint", record.recovery_hint)
+    step = ladder_step(policy, attempts, hint if isinstance(hint, Action) else None)
     if step is None:
         return transition(
             record,
@@ -235,7 +241,7 @@ def due_action(
     action = record.action
     if action == Action.AWAIT_HYPERPOD:
         # Grace expired and HyperPod did nothing we could see: fall back to our own ladder.
-        action = ladder_step(policy, attempts_counted(record, policy, now))
+        action = ladder_step(policy, attempts_counted(record, policy, now), record.recovery_hint)
     if action is None:
         return plan_recovery(record, policy, NodeRecovery.NONE, now, trigger)
     return action

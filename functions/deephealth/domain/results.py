@@ -1,104 +1,159 @@
-"""What the `DeepHealthCheckResults/*` log streams say, and about which node.
+"""Whose result line is whose, and what the lines prove about one node's check.
 
-AWS documents the streams as `DeepHealthCheckResults/<log_stream_id>` and its example failure line names no
-instance, so a line is attributed only to what it names: an instance id or a private hostname (`ip-10-1-2-3`)
-in the stream name, a field or the text. A line that names nothing cannot clear or condemn any one node: an
-unattributable error makes every node whose check it could belong to `inconclusive`, never `passed`.
-Result lines arrive late (CloudWatch ingestion), so a node is judged only from a read made `log_settle_s`
-after it left its check.
+A line counts for a node only when it is the node's own: its stream names the node (instance id, present or
+past, short hostname or `NodeLogicalId`), or, in a stream that names nobody, an instance field or its text names
+that node alone. A line on node A's stream that names peer B is A's evidence, never B's. A line that names a host
+or instance no record knows, or several nodes, or nobody, is anonymous: it cannot clear or condemn any one node,
+so it bears on every node whose check window it falls in (an anonymous failure makes them `inconclusive`).
 """
 
 from __future__ import annotations
 
-import json
-import re
-from dataclasses import dataclass
-from enum import StrEnum
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 
-STREAM_PREFIX = "DeepHealthCheckResults/"
-INSTANCE_ID = re.compile(r"\bi-[0-9a-f]{8}(?:[0-9a-f]{9})?\b")
-HOSTNAME = re.compile(r"\bip-\d{1,3}-\d{1,3}-\d{1,3}-\d{1,3}\b")
-# Words of a failure or a success; level fields win over words (the documented line is JSON with a level).
-FAILURE_WORDS = re.compile(r"\b(error|fail(ed|ure)?|faulty\w*)\b", re.IGNORECASE)
-SUCCESS_WORDS = re.compile(r"\b(pass(ed)?|success(ful)?|succeeded)\b", re.IGNORECASE)
-INSTANCE_FIELDS = ("instance_id", "InstanceId", "instanceId", "instance", "node_id", "NodeId", "hostname")
+from deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState, short_hostname
+from deephealth.domain.result_lines import HOSTNAME, INSTANCE_ID, UUID, Finding, Hint, ResultLine, Test
 
-
-class Level(StrEnum):
-    ERROR = "error"
-    PASS = "pass"
-    OTHER = "other"  # progress and noise: evidence of nothing
+AMBIGUOUS = ""  # a name two nodes share (a reused private IP): it names nobody for sure
 
 
 @dataclass(frozen=True)
-class ResultLine:
-    at: float  # the line's own timestamp (epoch s), not when it became readable
-    level: Level
-    names: frozenset[str]  # instance ids and short hostnames the line or its stream names
-    text: str
+class NameIndex:
+    """The node (record key) each name belongs to: every instance id it ever had, its logical id, and the short
+    hostnames its instances had, unless it is gone (a private IP, and so a hostname, can be handed out again)."""
 
+    owners: dict[str, str] = field(default_factory=dict)
 
-def parse_line(stream: str, message: str, timestamp_ms: int) -> ResultLine | None:
-    """One log event of a result stream, or None for one that is not (another stream)."""
-    if not stream.startswith(STREAM_PREFIX):
+    @classmethod
+    def of(cls, records: Iterable[NodeRecord], snapshots: Iterable[NodeSnapshot] = ()) -> NameIndex:
+        owners: dict[str, str] = {}
+
+        def add(name: str | None, key: str) -> None:
+            if name:
+                owners[name] = key if owners.get(name, key) == key else AMBIGUOUS
+
+        for r in records:
+            for name in (*r.instance_ids, r.instance_id, r.logical_id and r.logical_id.lower()):
+                add(name, r.key)
+            if r.state != NodeState.GONE:
+                for name in (*r.hostnames, short_hostname(r.hostname)):
+                    add(name, r.key)
+        for s in snapshots:
+            add(s.instance_id, s.key)
+            add(short_hostname(s.hostname), s.key)
+        return cls(owners)
+
+    def owner(self, line: ResultLine) -> str | None:
+        """The node whose line this is, or None (anonymous)."""
+        by_stream = self._resolve(line.stream_names)
+        if by_stream is not None:
+            return by_stream or None  # "": the stream names someone unknown, or several: anonymous
+        for names in (line.field_names, line.text_names):
+            by_line = self._resolve(names)
+            if by_line is not None:
+                return by_line or None
         return None
-    fields: dict[str, object] = {}
-    try:
-        parsed = json.loads(message)
-        if isinstance(parsed, dict):
-            fields = parsed
-    except ValueError:
-        pass  # plain text (the on-node log format): words decide
-    text = str(fields.get("msg", fields.get("message", message)))
-    level = _level(str(fields.get("level", "")), text)
-    named = [stream.removeprefix(STREAM_PREFIX), text, *(str(fields.get(k, "")) for k in INSTANCE_FIELDS)]
-    names = frozenset(n for part in named for n in (*INSTANCE_ID.findall(part), *HOSTNAME.findall(part)))
-    return ResultLine(at=timestamp_ms / 1000, level=level, names=names, text=text[:500])
+
+    def stream_kind(self, line: ResultLine) -> str:
+        """What the line's stream is named by (domain/readings.STREAM_KINDS)."""
+        names = line.stream_names
+        if any(n not in self.owners and not _uuid(n) for n in names):
+            return "unknown-host"
+        known = sorted(n for n in names if self.owners.get(n))
+        if not known:
+            return "opaque"
+        if INSTANCE_ID.fullmatch(known[0]):
+            return "instance-id"
+        return "hostname" if HOSTNAME.fullmatch(known[0]) else "logical-id"
+
+    def _resolve(self, names: frozenset[str]) -> str | None:
+        """The one node `names` name; "" when they name someone unknown, or more than one node; None when they
+        name nobody. A UUID nobody knows is an opaque stream id, not a name."""
+        known = {self.owners[n] for n in names if n in self.owners}
+        unknown = any(n not in self.owners and not _uuid(n) for n in names)
+        if unknown or AMBIGUOUS in known or len(known) > 1:
+            return ""
+        return known.pop() if known else None
 
 
-def _level(level: str, text: str) -> Level:
-    level = level.lower()
-    if level in ("error", "fatal", "critical") or (not level and FAILURE_WORDS.search(text)):
-        return Level.ERROR
-    if level in ("", "info", "notice") and SUCCESS_WORDS.search(text) and not FAILURE_WORDS.search(text):
-        return Level.PASS
-    return Level.OTHER
-
-
-def short_hostname(hostname: str | None) -> str | None:
-    """`ip-10-1-2-3.ec2.internal` -> `ip-10-1-2-3`, the form a stream name would use."""
-    return hostname.split(".", 1)[0] if hostname else None
+def _uuid(name: str) -> bool:
+    return UUID.fullmatch(name) is not None
 
 
 @dataclass(frozen=True)
-class NodeResults:
-    """The result lines that bear on one node's check: its own, and those that name no node at all."""
+class NodeEvidence:
+    """The result lines that bear on one node's check window: its own, and the anonymous ones."""
 
-    error: str | None = None  # the first error line that names the node
-    passed: bool = False  # a success line names the node
-    unattributed_errors: int = 0  # error lines naming no node, logged while the node was in its check
-    unattributed_passes: int = 0
+    proven: frozenset[Test] = frozenset()  # tests its own pass lines say passed
+    failures: tuple[ResultLine, ...] = ()  # its own failure lines
+    unrecognised: tuple[ResultLine, ...] = ()  # its own lines that no pattern recognises
+    own_lines: int = 0
+    anonymous_failures: tuple[ResultLine, ...] = ()
+    anonymous_unrecognised: tuple[ResultLine, ...] = ()
+    anonymous_proven: frozenset[Test] = frozenset()  # tests anonymous pass lines say passed (an NCCL summary)
+    anonymous_passes: int = 0
+
+    @property
+    def hint(self) -> Hint | None:
+        """What its DCGM summary asks for: a replacement wins over a reboot."""
+        hints = {line.hint for line in self.failures}
+        return "replace" if "replace" in hints else "reboot" if "reboot" in hints else None
+
+    @property
+    def silent(self) -> bool:
+        """No line bears on the node at all."""
+        return (
+            not self.own_lines
+            and not self.anonymous_passes
+            and not self.anonymous_failures
+            and not (self.anonymous_unrecognised)
+        )
 
 
 @dataclass(frozen=True)
 class ResultLog:
-    """The result lines of a cluster's log group logged since `since`, as read at `read_at`."""
+    """The result lines of a cluster's log group stamped since `since`, as read at `read_at`, each attributed."""
 
     lines: tuple[ResultLine, ...]
     since: float
     read_at: float
+    index: NameIndex = field(default_factory=NameIndex)
+    owners: tuple[str | None, ...] = field(init=False)
 
-    def for_node(self, instance_id: str | None, hostname: str | None, since: float) -> NodeResults:
-        own = {n for n in (instance_id, short_hostname(hostname)) if n}
-        error, passed, anon_errors, anon_passes = None, False, 0, 0
-        for line in self.lines:
-            if line.at < since or line.level == Level.OTHER:
-                continue  # an earlier check's line, or no evidence
-            if not line.names:
-                anon_errors += line.level == Level.ERROR
-                anon_passes += line.level == Level.PASS
-            elif line.names & own:
-                if line.level == Level.ERROR and error is None:
-                    error = line.text
-                passed = passed or line.level == Level.PASS
-        return NodeResults(error, passed and error is None, anon_errors, anon_passes)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "owners", tuple(self.index.owner(line) for line in self.lines))
+
+    def evidence(self, key: str, since: float, until: float | None = None) -> NodeEvidence:
+        """What the lines stamped in [since, until] prove about node `key`."""
+        proven: set[Test] = set()
+        anon_proven: set[Test] = set()
+        failures: list[ResultLine] = []
+        unrecognised: list[ResultLine] = []
+        anon_failures: list[ResultLine] = []
+        anon_unrecognised: list[ResultLine] = []
+        own = anon_passes = 0
+        for line, owner in zip(self.lines, self.owners, strict=True):
+            if line.at < since or (until is not None and line.at > until) or owner not in (key, None):
+                continue
+            if owner == key:
+                own += 1
+                if line.finding == Finding.PASS:
+                    proven |= line.proves
+                else:
+                    (failures if line.finding == Finding.FAIL else unrecognised).append(line)
+            elif line.finding == Finding.PASS:
+                anon_passes += 1
+                anon_proven |= line.proves
+            else:
+                (anon_failures if line.finding == Finding.FAIL else anon_unrecognised).append(line)
+        return NodeEvidence(
+            proven=frozenset(proven),
+            failures=tuple(failures),
+            unrecognised=tuple(unrecognised),
+            own_lines=own,
+            anonymous_failures=tuple(anon_failures),
+            anonymous_unrecognised=tuple(anon_unrecognised),
+            anonymous_proven=frozenset(anon_proven),
+            anonymous_passes=anon_passes,
+        )

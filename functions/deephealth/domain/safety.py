@@ -9,8 +9,9 @@ too many nodes at once. Before any reboot or replacement, `gate_recovery` applie
 3. **dry-run**: decide and record, never act;
 4. the **replacement budgets** of the group and the cluster (absolute and percentage per rolling window);
 5. the group's **out-of-service cap**: the share of the group the controller may hold out of service.
-A node whose last seen status is neither Running nor Failure is being acted on by someone else (HyperPod's
-recovery, an operator): it waits a few minutes instead of getting a conflicting request.
+A node whose last seen status is one the API documents as a change in flight (Pending, ShuttingDown, ...) is being
+acted on by someone else (HyperPod's recovery, an operator): it waits a few minutes instead of getting a conflicting
+request. An undocumented status, or a node isolated after failing its check, may be acted on.
 Held nodes keep their verdict and stay `recovery_due` with `held_by` saying why; breaker and capacity holds
 stay until an operator resets them, budget and capacity-cap holds until the window or the cap frees up.
 """
@@ -32,12 +33,13 @@ from deephealth.domain.limits import (
     out_of_service_cap,
 )
 from deephealth.domain.nodes import (
-    ACTIONABLE_STATUSES,
     IN_PROGRESS,
     Action,
     Decision,
     NodeRecord,
     NodeState,
+    Verdict,
+    actionable,
     transition,
 )
 from deephealth.domain.policy import (
@@ -331,8 +333,10 @@ def _safety_hold(
     """The breaker, someone else's action in flight, or the group's bad-capacity hold (replacements only)."""
     if state.breaker is not None:
         return _Hold(HOLD_BREAKER, None, f"breaker open: {state.breaker.reason}")
-    isolated = r.status == IN_PROGRESS and check_active is False
-    if r.status is not None and r.status not in ACTIONABLE_STATUSES and not isolated:
+    # Left in DeepHealthCheckInProgress after its check: isolated, not busy, once no check operation runs, or once
+    # its own failure line says its check is over (an isolated node may hold the operation open).
+    isolated = r.status == IN_PROGRESS and (check_active is False or r.verdict == Verdict.FAILED)
+    if not actionable(r.status) and not isolated:
         return _Hold(HOLD_NODE_BUSY, now + NODE_BUSY_RETRY_S, f"node is {r.status}: another action is in flight")
     if action == Action.REPLACE and r.group in state.capacity_holds:
         return _Hold(HOLD_CAPACITY, None, state.capacity_holds[r.group].reason)

@@ -19,8 +19,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
-from deephealth.domain.nodes import NodeRecord, NodeState, Verdict
-from deephealth.domain.results import short_hostname
+from deephealth.domain.nodes import NodeRecord, NodeState, Verdict, short_hostname
 
 OWNED_PREFIX = "hpdhc: "
 AWAITING = OWNED_PREFIX + "awaiting deep health check"

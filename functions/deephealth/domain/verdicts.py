@@ -1,34 +1,39 @@
 """The decision table: from evidence about one checked node to a verdict.
 
 HyperPod's API has no pass/fail field, so the verdict is inferred, and only positive evidence passes a node:
-- a result line that names the node's instance (or hostname) and says it passed, read `log_settle_s` after
-  the node left its check (CloudWatch delivers lines late), and no error line naming it;
+- for every test its check ran (`result_lines.required_tests`), a recognised pass line of its own (or a summary
+  line that covers them; an NCCL summary naming no node proves the multi-node test of every node in its window),
+  read once the lines have had `log_settle_s` to arrive after it left its check, it seen in
+  `DeepHealthCheckInProgress` and `Running` again, and no line about it that is not a pass;
 - or, for HyperPod's own on-start checks, `Running` after `DeepHealthCheckInProgress` (HyperPod isolates or
-  replaces a node that fails them) with no error line naming it or naming nobody.
-Failure evidence: an error line naming the node, `Failure`, HyperPod rebooting the node after the check, or its
-instance id changing under the same `NodeLogicalId` (HyperPod replaced it). Everything else is not a pass:
-- `skipped` (re-checked): it left the check with no result line at all (busy with a job, or superseded), or
-  never entered it while HyperPod's check operation ran to its end;
-- `inconclusive` (an operator decides, no re-check): result lines exist but name no instance, so they cannot
-  clear or condemn any one node; or the node stayed in `DeepHealthCheckInProgress` after the operation ended.
+  replaces a node that fails them) with no line about it that is not a pass;
+- or, only where a group's policy says so (`pass_on_silence`, for clusters that log no pass line): seen in the
+  check, `Running` again, HyperPod's check operation over, and no line at all about it for `revisit_s`.
+Failure evidence: a failure line of its own, `Failure` or a status the API does not document, HyperPod rebooting
+the node after the check, or its instance id changing under the same `NodeLogicalId` (HyperPod replaced it).
+Everything else is not a pass:
+- `skipped` (re-checked): no line at all (busy with a job, or superseded), or never in the check while
+  HyperPod's check operation ran to its end;
+- `inconclusive` and re-checked: its lines prove some tests passed but not all, `revisit_s` after its check (until
+  then the missing lines are waited for: they may only be late);
+- `inconclusive` for an operator (no re-check): a line about it that no pattern recognises, a failure or an
+  unrecognised line that names no node, pass lines that name no node, or still in `DeepHealthCheckInProgress`
+  after the operation ended.
+A passed node's window is read again for `revisit_s` (`judge_late`): a late line that would have kept it from
+passing reverses the verdict.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from deephealth.domain.nodes import (
-    FAILURE_STATUSES,
-    IN_PROGRESS,
-    RUNNING,
-    NodeRecord,
-    NodeSnapshot,
-    Verdict,
-)
-from deephealth.domain.results import NodeResults
+from deephealth.domain.nodes import IN_PROGRESS, RUNNING, NodeRecord, NodeSnapshot, Verdict, failure_like
+from deephealth.domain.result_lines import Hint, ResultLine, Test
+from deephealth.domain.results import NodeEvidence
 
 # HyperPod waits up to 10 minutes for a running job before it skips a node; allow for our poll spacing.
 SKIP_GRACE_S = 15 * 60
+QUOTE = 300  # characters of a line quoted in a node's evidence
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,7 @@ class Judgement:
     verdict: Verdict
     evidence: tuple[str, ...]
     recheck: bool = True  # False: a re-check cannot settle it (an inconclusive verdict is final at once)
+    hint: Hint | None = None  # the recovery a failure line asks for (a DCGM summary's replacementRequired...)
 
 
 @dataclass(frozen=True)
@@ -44,11 +50,16 @@ class Look:
 
     now: float
     # The result lines bearing on the node, read in this look; None when they were not read (not settled yet).
-    results: NodeResults | None
+    evidence: NodeEvidence | None
     # Whether an on-demand check operation is in progress on the cluster (None: not asked in this look).
     check_active: bool | None
     check_timeout_s: float
     log_settle_s: float
+    required: frozenset[Test] = frozenset(Test)  # the tests the node's check ran
+    # A node no line names passes this long after its check (policy `pass_on_silence`); None: it never does.
+    silent_pass_after_s: float | None = None
+    # How long lines that are still missing are waited for before the node is checked again (`revisit_s`).
+    revisit_s: float = 3600.0
 
 
 def left_check(record: NodeRecord, snapshot: NodeSnapshot, check_active: bool | None) -> bool:
@@ -59,6 +70,10 @@ def left_check(record: NodeRecord, snapshot: NodeSnapshot, check_active: bool | 
     if snapshot.status != IN_PROGRESS:
         return True
     return check_active is False and not record.observe_only  # on-start checks are not operations
+
+
+def quoted(line: ResultLine) -> str:
+    return f"[{line.level or 'no level'}] {line.text[:QUOTE]}"
 
 
 def judge_check(record: NodeRecord, snapshot: NodeSnapshot | None, look: Look) -> Judgement | None:
@@ -75,20 +90,25 @@ def judge_check(record: NodeRecord, snapshot: NodeSnapshot | None, look: Look) -
         )
     if record.check_started_at is None and not record.observe_only:
         return None  # claimed, but no check of ours started yet: nothing the node shows is about a check
-    results = look.results
-    if results is not None and results.error:
-        return Judgement(Verdict.FAILED, (f"result log: {results.error[:300]}",))
+    evidence = look.evidence
+    if evidence is not None and evidence.failures:
+        return Judgement(
+            Verdict.FAILED,
+            tuple(f"result log: {quoted(line)}" for line in evidence.failures[:3]),
+            hint=evidence.hint,
+        )
     status = snapshot.status
-    if status in FAILURE_STATUSES:
-        return Judgement(Verdict.FAILED, (f"status {status} after the check started",))
+    if failure_like(status):
+        known = "" if status == "Failure" else " (not a status the API documents: handled like Failure)"
+        return Judgement(Verdict.FAILED, (f"status {status} after the check started{known}",))
     if status == "Pending" and record.seen_in_progress:
         return Judgement(Verdict.FAILED, ("status Pending after the check: HyperPod is rebooting the node",))
     elapsed = look.now - (record.check_started_at or look.now)
     if record.check_left_at is None:
         return _in_check(record, status, elapsed, look)
-    if look.now - record.check_left_at < look.log_settle_s or results is None:
-        return None  # its result line may still be on its way
-    return _after_check(record, status, results)
+    if look.now - record.check_left_at < look.log_settle_s or evidence is None:
+        return None  # its result lines may still be on their way
+    return _after_check(record, status, evidence, look)
 
 
 def _in_check(record: NodeRecord, status: str, elapsed: float, look: Look) -> Judgement | None:
@@ -102,40 +122,123 @@ def _in_check(record: NodeRecord, status: str, elapsed: float, look: Look) -> Ju
     return None  # in the check, not started yet (HyperPod may start slowly), or moving (Detach/Attach...)
 
 
-def _after_check(record: NodeRecord, status: str, results: NodeResults) -> Judgement | None:
-    if results.unattributed_errors:
-        # Even with a pass line naming it: the anonymous error may be another of its checks failing.
+def _not_a_pass(evidence: NodeEvidence) -> Judgement | None:
+    """Lines that bear on the node and keep it from passing without failing it: an operator decides."""
+    if evidence.unrecognised:
         return Judgement(
             Verdict.INCONCLUSIVE,
-            (f"{results.unattributed_errors} error line(s) in the result logs name no instance: cannot tell whose",),
+            tuple(f"a result line about it that no pass or failure pattern recognises: {quoted(line)}"
+                  for line in evidence.unrecognised[:3]),
+            recheck=False,
+        )  # fmt: skip
+    anonymous = evidence.anonymous_failures + evidence.anonymous_unrecognised
+    if anonymous:
+        # Even with pass lines of its own: the anonymous line may be another of its tests failing.
+        return Judgement(
+            Verdict.INCONCLUSIVE,
+            (
+                f"{len(anonymous)} result line(s) that are not a pass name no node (or one no record knows): "
+                f"cannot tell whose; e.g. {quoted(anonymous[0])}",
+            ),
             recheck=False,
         )
-    if results.passed and status == RUNNING:
+    return None
+
+
+def _after_check(record: NodeRecord, status: str, evidence: NodeEvidence, look: Look) -> Judgement | None:
+    if (blocked := _not_a_pass(evidence)) is not None:
+        return blocked
+    missing = look.required - evidence.proven - (evidence.anonymous_proven & {Test.NCCL})
+    if not missing and status == RUNNING:
         if record.seen_in_progress or record.observe_only:
-            return Judgement(Verdict.PASSED, (f"{IN_PROGRESS} -> Running; its result line says passed",))
-        # A pass line, but no look saw this check run on it (another check's line?): not evidence enough.
+            proven = ", ".join(sorted(look.required))
+            return Judgement(Verdict.PASSED, (f"{IN_PROGRESS} -> Running; result lines say {proven} passed",))
+        # Pass lines, but no look saw this check run on it (another check's lines?): not evidence enough.
         return Judgement(
             Verdict.SKIPPED,
-            (f"a result line says passed, but it was never seen in {IN_PROGRESS}: checked again",),
+            (f"result lines say passed, but it was never seen in {IN_PROGRESS}: checked again",),
         )
     if status == IN_PROGRESS:
         return Judgement(
             Verdict.INCONCLUSIVE,
-            (f"still {IN_PROGRESS} after HyperPod's check operation ended; no result line names it",),
+            (f"still {IN_PROGRESS} after HyperPod's check operation ended; no failure line names it",),
             recheck=False,
         )
     if status != RUNNING:
         return None  # being moved or re-provisioned: its listing will say more
     if record.observe_only:
         # HyperPod isolates or replaces a node that fails its on-start checks: Running after them is its pass.
-        return Judgement(Verdict.PASSED, ("Running after HyperPod's on-start checks; no error line names it",))
-    if results.unattributed_passes:
+        return Judgement(Verdict.PASSED, ("Running after HyperPod's on-start checks; no line about it is not a pass",))
+    if evidence.own_lines:
+        if record.check_left_at is not None and look.now - record.check_left_at < look.revisit_s:
+            return None  # the other tests' lines are late (later than the settle time): wait rather than re-check
+        proven = ", ".join(sorted(evidence.proven)) or "nothing"
+        return Judgement(
+            Verdict.INCONCLUSIVE,
+            (f"its result lines prove {proven}, but none says {', '.join(sorted(missing))} passed",),
+        )
+    if evidence.anonymous_passes:
         return Judgement(
             Verdict.INCONCLUSIVE,
             ("result lines exist but none names this instance: cannot tell whether it passed",),
             recheck=False,
         )
+    return _silent(record, look)
+
+
+def _silent(record: NodeRecord, look: Look) -> Judgement | None:
+    """No line at all about the node, which is back to Running after the check."""
+    wait = look.silent_pass_after_s
+    if wait is None:
+        return Judgement(
+            Verdict.SKIPPED,
+            (f"{IN_PROGRESS} -> Running with no result line: skipped (queued behind a job) or its check superseded",),
+        )
+    if not record.seen_in_progress:
+        return Judgement(Verdict.SKIPPED, (f"no result line, and never seen in {IN_PROGRESS}: checked again",))
+    if record.check_left_at is None or look.now - record.check_left_at < wait or look.check_active is not False:
+        return None  # no line yet: silence proves something only once it has lasted, and the operation is over
     return Judgement(
-        Verdict.SKIPPED,
-        (f"{IN_PROGRESS} -> Running with no result line: skipped (queued behind a job) or its check superseded",),
+        Verdict.PASSED,
+        (
+            f"seen in {IN_PROGRESS}, Running again, HyperPod's check operation over, and no result line about it "
+            f"for {int(wait)} s (pass_on_silence)",
+        ),
+    )
+
+
+def judge_late(evidence: NodeEvidence) -> Judgement | None:
+    """A passed node's check window read again: the verdict its lines would have given had the late ones been on
+    time, when that is not a pass (a failure, or an operator's call); None while they still say it passed."""
+    if evidence.failures:
+        lines = "; ".join(quoted(line) for line in evidence.failures[:3])
+        return Judgement(
+            Verdict.FAILED, (f"verdict reversed: a failure line arrived after the pass: {lines}",), hint=evidence.hint
+        )
+    if (blocked := _not_a_pass(evidence)) is not None:
+        return Judgement(Verdict.INCONCLUSIVE, ("verdict reversed: a line arrived after the pass", *blocked.evidence),
+                         recheck=False)  # fmt: skip
+    return None
+
+
+def lines_due(
+    record: NodeRecord, snapshot: NodeSnapshot | None, now: float, settle_s: float, expected_s: float
+) -> bool:
+    """Whether a checking node's result lines are read in a look at `now`: it left its check `settle_s` ago, or it
+    is overdue in it (below)."""
+    if record.check_left_at is not None:
+        return now - record.check_left_at >= settle_s
+    return overdue(record, snapshot, now, expected_s + settle_s)
+
+
+def overdue(record: NodeRecord, snapshot: NodeSnapshot | None, now: float, expected_s: float) -> bool:
+    """The node has shown `DeepHealthCheckInProgress` for longer than its checks take: it may be isolated after a
+    failure while HyperPod's operation stays open, so its lines are read anyway (a failure line fails it)."""
+    return (
+        snapshot is not None
+        and snapshot.status == IN_PROGRESS
+        and record.seen_in_progress
+        and record.check_left_at is None
+        and record.check_started_at is not None
+        and now - record.check_started_at >= expected_s
     )

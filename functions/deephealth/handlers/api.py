@@ -83,6 +83,11 @@ def reset_breaker(cluster: Cluster, request: BreakerReset) -> dict[str, Any]:
     return operator_actions.reset_breaker(CONTEXT, cluster, request.group, principal, request.reason, trigger)
 
 
+@app.get("/clusters/<cluster>/readings", summary="What the cluster was seen to do: stream names, line shapes, lag")
+def get_readings(cluster: Cluster) -> dict[str, Any]:
+    return operator_views.get_readings(CONTEXT, cluster)
+
+
 @app.get("/clusters/<cluster>/slurm", summary="Slurm bridge: each node's desired Slurm state (paginated)")
 def slurm_state(
     cluster: Cluster,

@@ -7,6 +7,7 @@ twin's simulated redeploy) builds a new Context and starts without it.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,6 +20,7 @@ from deephealth.domain.breakers import SafetyState
 from deephealth.domain.errors import ClusterNotFound, LeaseLost
 from deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState
 from deephealth.domain.policy import ControllerConfig, GroupContext
+from deephealth.domain.readings import ClusterReadings
 from deephealth.domain.rounds import LEASE_TTL_S, RoundState
 from deephealth.domain.safety import due_recoveries, progress_possible
 from deephealth.observability import logger
@@ -36,6 +38,10 @@ class ClusterView:
     snapshots: dict[str, NodeSnapshot] = field(default_factory=dict)  # set by observe_cluster
     # Records of an earlier cluster of the same name (deleted and recreated): never observed, counted or shown.
     previous: dict[str, NodeRecord] = field(default_factory=dict)
+    # What the cluster was seen to do (its result-log lag gives the groups' settle and revisit times); None when
+    # the view was built without records.
+    readings: ClusterReadings | None = None
+    complete: bool = True  # `records` holds every record of the cluster (not only a round's members)
 
     def members(self, round_id: str) -> list[NodeRecord]:
         """The nodes a round has claimed and not yet judged."""
@@ -76,10 +82,25 @@ class Context:
             )
             for name, g in info.groups.items()
         }
+        readings = self.readings(info)
+        now = self.clock()
+        groups = {
+            name: dataclasses.replace(
+                g, measured_settle_s=readings.settle_s(g.policy, now), measured_revisit_s=readings.revisit_s(g.policy)
+            )
+            for name, g in groups.items()
+        }
         records = self.table.load_cluster(cluster) if load_records else {}
         current = {k: r for k, r in records.items() if r.cluster_id in (None, info.cluster_id)}
         previous = {k: r for k, r in records.items() if k not in current}
-        return ClusterView(info, groups, current, previous=previous)
+        return ClusterView(info, groups, current, previous=previous, readings=readings, complete=load_records)
+
+    def readings(self, info: ClusterInfo) -> ClusterReadings:
+        """What the cluster was seen to do; a cluster recreated under the same name starts afresh."""
+        readings = self.table.readings(info.name)
+        if info.cluster_id and readings.cluster_id not in (None, info.cluster_id):
+            return ClusterReadings(cluster=info.name, cluster_id=info.cluster_id, version=readings.version)
+        return readings.model_copy(update={"cluster_id": info.cluster_id or readings.cluster_id})
 
     def due(self, view: ClusterView) -> list[NodeRecord]:
         """The nodes whose recovery is due now."""

@@ -3,13 +3,23 @@ operations) folded into the node records, every change saved; and closing out a 
 
 from __future__ import annotations
 
-from deephealth.domain.nodes import IN_PROGRESS, RUNNING, Decision, NodeRecord, NodeSnapshot, NodeState, round_seq_of
-from deephealth.domain.observe import Observation, close_out, observe
-from deephealth.domain.results import ResultLog
+from deephealth.adapters.hyperpod import ActiveCheck
+from deephealth.domain.nodes import (
+    IN_PROGRESS,
+    RUNNING,
+    Decision,
+    NodeRecord,
+    NodeSnapshot,
+    NodeState,
+    round_seq_of,
+)
+from deephealth.domain.observe import Observation, checked_for, close_out, observe, revisiting
+from deephealth.domain.results import NameIndex, ResultLog
 from deephealth.domain.rounds import ListingWindow, expected_for
-from deephealth.domain.verdicts import SKIP_GRACE_S
+from deephealth.domain.verdicts import SKIP_GRACE_S, lines_due
 from deephealth.usecases.context import ClusterView, Context
 from deephealth.usecases.decisions import save_and_announce
+from deephealth.usecases.readings import note_look
 
 
 def observe_cluster(
@@ -35,7 +45,7 @@ def observe_members(ctx: Context, cluster: str, round_id: str, window: ListingWi
     """A poll's cheap look: list only the round's launch-time window, read only the nodes listed, and fold
     what the round's members show. A member missing from the window (replaced mid-check: a new launch
     time) waits for the next look at the whole cluster."""
-    view = ctx.view(cluster, load_records=False)
+    view = ctx.view(cluster, load_records=False)  # not complete: its result lines wait for a look at every record
     listed = {s.key: s for s in ctx.hyperpod.list_nodes(cluster, window) if s.key}
     view.records = {
         k: r
@@ -56,54 +66,68 @@ def fold(
     trigger: str,
     orphaned_before: int | None = None,
 ) -> list[tuple[NodeRecord, Decision]]:
-    """Observe every node in `snapshots` or `view.records`. The result logs are read once, when a node's check
-    ended long enough ago for its line to have arrived; HyperPod's check operations are asked about once, when
-    a node has stayed in (or out of) the check for longer than a check takes."""
+    """Observe every node in `snapshots` or `view.records`. The result logs are read once, when a look at the
+    whole cluster finds a node whose lines are due (out of its check `settle_s` ago, or overdue in it) or a passed
+    node still being revisited; HyperPod's check operations are asked about once, when a verdict hangs on them."""
     view.snapshots = snapshots
     now = ctx.clock()
     checking = [r for r in view.records.values() if r.state == NodeState.CHECKING and r.check_started_at]
     results = None
-    if settled := [r for r in checking if _settled(r, view, now)]:
-        since = min(r.check_started_at or now for r in settled)
-        results = ResultLog(ctx.logs.lines_since(view.info.log_group, since), since=since, read_at=now)
-    check_active = None
-    if any(_ask_operation(r, snapshots.get(r.key), view, now) for r in checking):
-        check_active = ctx.hyperpod.check_in_progress(cluster)
+    revisited = [r for r in view.records.values() if (g := view.groups.get(r.group)) and revisiting(r, g, now)]
+    # Only a look at every record can tell a line of a node it does not know from an anonymous one.
+    if view.complete and (revisited or any(lines_due_in(r, snapshots.get(r.key), view, now) for r in checking)):
+        # From the earliest window still open: every line of it is counted in the cluster's readings once.
+        since = min(r.check_started_at or now for r in (*checking, *revisited))
+        index = NameIndex.of(view.records.values(), snapshots.values())
+        results = ResultLog(ctx.logs.lines_since(view.info.log_group, since), since=since, read_at=now, index=index)
+    active: ActiveCheck | None = None
+    asked = any(_ask_operation(r, snapshots.get(r.key), view, now) for r in checking)
+    if asked:
+        active = ctx.hyperpod.active_check(cluster)
     obs = Observation(
         now=now,
         node_recovery=view.info.node_recovery,
         trigger=trigger,
         results=results,
-        check_active=check_active,
+        check_active=(active is not None) if asked else None,
         groups=view.groups,
         orphaned_before=orphaned_before,
         cluster_id=view.info.cluster_id,
     )
-    return [
+    changes = [
         c
         for key in sorted(set(snapshots) | set(view.records))
         if (c := observe(cluster, view.records.get(key), snapshots.get(key), obs))
     ]
+    note_look(ctx, view, results, changes, active if asked else None, now)
+    return changes
 
 
-def _settled(record: NodeRecord, view: ClusterView, now: float) -> bool:
-    """The node left its check long enough ago for its result line to be readable."""
+def lines_due_in(record: NodeRecord, snapshot: NodeSnapshot | None, view: ClusterView, now: float) -> bool:
+    """Whether the node's result lines are read by a look at `now` (`verdicts.lines_due` with its group's times)."""
     group = view.groups.get(record.group)
-    settle = group.policy.log_settle_s if group else 0
-    return record.check_left_at is not None and now - record.check_left_at >= settle
+    if group is None or record.check_started_at is None:
+        return False
+    return lines_due(record, snapshot, now, group.settle_s, expected_for(checked_for(record, group)))
 
 
 def _ask_operation(record: NodeRecord, snapshot: NodeSnapshot | None, view: ClusterView, now: float) -> bool:
     """Whether the node's verdict hangs on HyperPod's check operation having ended: it has shown
-    `DeepHealthCheckInProgress` for longer than its checks take (isolated after a failure?), or has not shown it
-    for longer than HyperPod waits for a busy node (skipped, or a slow start?)."""
+    `DeepHealthCheckInProgress` for longer than its checks take (isolated after a failure?), has not shown it
+    for longer than HyperPod waits for a busy node (skipped, or a slow start?), or it waits to pass on silence."""
     group = view.groups.get(record.group)
-    if snapshot is None or group is None or record.observe_only or record.check_left_at is not None:
+    if snapshot is None or group is None or record.observe_only:
         return False
+    if record.check_left_at is not None:
+        return group.policy.pass_on_silence and now - record.check_left_at >= group.revisit_s
     elapsed = now - (record.check_started_at or now)
     if snapshot.status == IN_PROGRESS:
-        return elapsed >= expected_for(record.requested_checks or group.policy.checks)
+        return elapsed >= expected_for(record.check_types or record.requested_checks or group.policy.checks)
     return snapshot.status == RUNNING and not record.seen_in_progress and elapsed >= SKIP_GRACE_S
+
+
+# A node whose lines were due but are not all there yet is looked at again this often by another round's polls.
+LATE_LINES_LOOK_S = 120
 
 
 def close_cluster(ctx: Context, cluster: str, reason: str, trigger: str) -> str:
@@ -116,16 +140,15 @@ def close_cluster(ctx: Context, cluster: str, reason: str, trigger: str) -> str:
 
 
 def settling_elsewhere(view: ClusterView, round_id: str, now: float) -> float | None:
-    """When the next node out of another check (an earlier round's, or HyperPod's on-start check) has its result
-    line due: the earliest `check_left_at + log_settle_s` still ahead of `now` among the checking nodes that are
-    not this round's. (One already due was judged by the look that built `view`, or waits for evidence a look
-    cannot hurry.)"""
-    due = [
-        left + view.groups[r.group].policy.log_settle_s
-        for r in view.records.values()
-        if r.state == NodeState.CHECKING
-        and r.round_id != round_id
-        and (left := r.check_left_at) is not None
-        and r.group in view.groups
-    ]
-    return min((t for t in due if t > now), default=None)
+    """When a whole look should next judge nodes out of another check (an earlier round's, or HyperPod's on-start
+    check): the earliest `check_left_at + settle_s` still ahead of `now` among the checking nodes that are not
+    this round's, or, for one whose lines were due and that still waits (some tests' lines are late), a look
+    LATE_LINES_LOOK_S from now."""
+    due = []
+    for r in view.records.values():
+        group = view.groups.get(r.group)
+        if r.state != NodeState.CHECKING or r.round_id == round_id or r.check_left_at is None or group is None:
+            continue
+        settled = r.check_left_at + group.settle_s
+        due.append(settled if settled > now else now + LATE_LINES_LOOK_S)
+    return min(due, default=None)

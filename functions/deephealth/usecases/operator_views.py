@@ -1,4 +1,4 @@
-"""What operators read (GET routes of the operator API): clusters, instance groups, nodes, breakers.
+"""What operators read (GET routes of the operator API): clusters, instance groups, nodes, breakers, readings.
 
 Each function is named like its route in `handlers/api.py`. They read the stored records (rounds and Reconcile
 keep them fresh), never a HyperPod listing."""
@@ -7,9 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from deephealth.domain.errors import ClusterNotFound
 from deephealth.domain.limits import budget_use, failure_counts
 from deephealth.domain.nodes import NodeRecord, NodeState
 from deephealth.domain.on_demand import find
+from deephealth.domain.readings import ClusterReadings
 from deephealth.domain.views import group_views, node_detail, node_summary, state_counts
 from deephealth.usecases.context import Context
 
@@ -95,4 +97,39 @@ def get_breakers(ctx: Context, cluster: str) -> dict[str, Any]:
             if r.state == NodeState.RECOVERY_DUE and r.held_by
         ],
         "resets": [x.model_dump() for x in state.resets],
+    }
+
+
+def get_readings(ctx: Context, cluster: str) -> dict[str, Any]:
+    """What the cluster was seen to do where AWS does not document it, the settle and revisit times its lag gives
+    each group, and the same as the twin's `fidelity` block (a scenario anyone can replay)."""
+    ctx.known_cluster(cluster)
+    try:
+        view = ctx.view(cluster, load_records=False)
+    except ClusterNotFound:
+        return {"cluster": cluster, "lines": 0, "note": "HyperPod no longer knows this cluster"}
+    readings = view.readings or ClusterReadings(cluster=cluster)
+    watched = {name: g for name, g in sorted(view.groups.items()) if g.watched}
+    return {
+        "cluster": cluster,
+        "lines": readings.lines,
+        "streams": readings.streams,
+        "formats": readings.formats,
+        "instance_in_line": readings.instance_in_line,
+        "shapes": {k: v.model_dump() for k, v in sorted(readings.shapes.items())},
+        "pass_lines": readings.pass_lines,
+        "peer_lines": readings.peer_lines,
+        "anonymous_nccl": readings.anonymous_nccl,
+        "lag": {
+            "min_s": readings.lag_min_s,
+            "max_s": readings.lag_max_s,
+            "histogram": readings.lag_histogram,
+            "late_lines": readings.late_lines,
+            "settle_s": {name: g.settle_s for name, g in watched.items()},
+            "revisit_s": {name: g.revisit_s for name, g in watched.items()},
+        },
+        "statuses_after_failure": readings.statuses_after_failure,
+        "busy_errors": {k: v.model_dump() for k, v in readings.busy_errors.items()},
+        "silent_nodes": readings.silent_nodes,
+        "as_fidelity": readings.as_fidelity(),
     }

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from deephealth.domain.results import short_hostname
+from deephealth.domain.nodes import short_hostname
 from deephealth.domain.slurm import SYNC_INTERVAL_S, NodeOccupancy, desired_state, slurm_names, with_occupancy
 from deephealth.observability import logger
 from deephealth.usecases.context import Context

@@ -14,6 +14,7 @@ from deephealth.usecases.claim_round import shadow_checks
 from deephealth.usecases.context import ClusterView, Context
 from deephealth.usecases.decisions import save_and_announce
 from deephealth.usecases.observe_cluster import observe_cluster
+from deephealth.usecases.readings import note_busy_error, note_look, overdue
 
 
 def start_check(ctx: Context, state: RoundState) -> RoundState:
@@ -39,10 +40,13 @@ def start_check(ctx: Context, state: RoundState) -> RoundState:
             # Not Running, or left in DeepHealthCheckInProgress by a check that is over (a node can stay
             # there after failing one): it waits in the queue and holds back no one else's request.
             unready.append(r)
-    if ready and not requested and ctx.hyperpod.check_in_progress(state.cluster):
+    if ready and not requested and (active := ctx.hyperpod.active_check(state.cluster)) is not None:
         # HyperPod's operation, not node statuses, says a check is active (a dead round's, an operator's):
-        # asking now is only refused.
-        raise ClusterBusy(f"a deep health check this round did not start is in progress on {state.cluster}")
+        # asking now is only refused. One open for longer than any check takes (held open by a node isolated
+        # after failing it?) is said once, and asked past: HyperPod may merge or supersede, else it refuses.
+        note_look(ctx, view, None, [], active, now)
+        if not overdue(view, active, now):
+            raise ClusterBusy(f"a deep health check this round did not start is in progress on {state.cluster}")
     save_and_announce(
         ctx,
         [
@@ -67,10 +71,13 @@ def start_check(ctx: Context, state: RoundState) -> RoundState:
     elif ready and not already:
         checked = request_check(ctx, state, view, ready, now)
     configs = build_check_request(checked, view.groups)
+    types = {iid: tuple(cfg["DeepHealthChecks"]) for cfg in configs for iid in cfg["InstanceIds"]}
     save_and_announce(
         ctx,
         [
-            r.model_copy(update={"check_started_at": now, "updated_at": now})
+            r.model_copy(
+                update={"check_started_at": now, "updated_at": now, "check_types": types.get(r.instance_id or "")}
+            )
             for r in checked
             if r.check_started_at is None
         ],
@@ -116,8 +123,10 @@ def request_check(
                     ctx, [transition(r, now, NodeState.PENDING, reason, state.round_id, round_id=None) for r in requeue]
                 )
                 return by_group[group]
-    except (ClusterBusy, Throttled, CheckRefused):
+    except (ClusterBusy, Throttled, CheckRefused) as refused:
         ctx.table.note_check_request(cluster, None)  # refused or never carried out
+        if isinstance(refused, ClusterBusy) and refused.refusal is not None:
+            note_busy_error(ctx, view, refused.refusal)
         raise
     ctx.table.note_check_request(cluster, None)  # every request refused: no check is ours
     return []
@@ -136,17 +145,14 @@ def _asked(ctx: Context, state: RoundState, records: list[NodeRecord], view: Clu
             "check refused", extra={"round_id": state.round_id, "groups": groups, "refusal": str(refused)[:300]}
         )
         if len(groups) == 1:
-            # A re-check would be refused too: inconclusive at once (an operator decides), HyperPod's words as evidence.
+            # HyperPod's words as evidence; asked again in a later round (a refusal can be a race with a check that
+            # just ended) up to `max_inconclusive` times, then an operator decides. Never passed, never acted on.
             evidence = (f"StartClusterHealthCheck refused: {refused.code}: {refused.message}"[:500],)
             policy = view.groups[groups[0]].policy
             verdict = Verdict.INCONCLUSIVE
             node_recovery = view.info.node_recovery
             save_and_announce(
-                ctx,
-                [
-                    apply_verdict(r, verdict, evidence, policy, node_recovery, now, state.round_id, recheck=False)
-                    for r in records
-                ],
+                ctx, [apply_verdict(r, verdict, evidence, policy, node_recovery, now, state.round_id) for r in records]
             )
         return False
     logger.info("check started", extra={"round_id": state.round_id, "configurations": configs})
