@@ -42,6 +42,12 @@ class ClusterView:
     # the view was built without records.
     readings: ClusterReadings | None = None
     complete: bool = True  # `records` holds every record of the cluster (not only a round's members)
+    # Every record of the cluster, where `records` holds only some: whose names a result line may carry.
+    everyone: dict[str, NodeRecord] | None = None
+
+    def names(self) -> dict[str, NodeRecord] | None:
+        """Every record of the cluster, if this view has them (None: result lines cannot be attributed here)."""
+        return self.records if self.complete else self.everyone
 
     def members(self, round_id: str) -> list[NodeRecord]:
         """The nodes a round has claimed and not yet judged."""

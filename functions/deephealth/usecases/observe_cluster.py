@@ -45,13 +45,18 @@ def observe_members(ctx: Context, cluster: str, round_id: str, window: ListingWi
     """A poll's cheap look: list only the round's launch-time window, read only the nodes listed, and fold
     what the round's members show. A member missing from the window (replaced mid-check: a new launch
     time) waits for the next look at the whole cluster."""
-    view = ctx.view(cluster, load_records=False)  # not complete: its result lines wait for a look at every record
+    view = ctx.view(cluster, load_records=False)
     listed = {s.key: s for s in ctx.hyperpod.list_nodes(cluster, window) if s.key}
     view.records = {
         k: r
         for k, r in ctx.table.load_nodes(cluster, listed).items()
         if r.state == NodeState.CHECKING and r.round_id == round_id
     }
+    if any(r.check_left_at is not None and lines_due_in(r, listed.get(k), view, ctx.clock()) for k, r in
+           view.records.items()):  # fmt: skip
+        # Their lines are due: only every record can tell a line of a node nobody knows from an anonymous one.
+        everyone = ctx.table.load_cluster(cluster).items()
+        view.everyone = {k: r for k, r in everyone if r.cluster_id in (None, view.info.cluster_id)}
     changes = fold(ctx, cluster, view, {k: listed[k] for k in view.records}, round_id, round_seq_of(round_id))
     for saved in save_and_announce(ctx, changes):
         view.records[saved.key] = saved
@@ -73,12 +78,16 @@ def fold(
     now = ctx.clock()
     checking = [r for r in view.records.values() if r.state == NodeState.CHECKING and r.check_started_at]
     results = None
-    revisited = [r for r in view.records.values() if (g := view.groups.get(r.group)) and revisiting(r, g, now)]
-    # Only a look at every record can tell a line of a node it does not know from an anonymous one.
-    if view.complete and (revisited or any(lines_due_in(r, snapshots.get(r.key), view, now) for r in checking)):
+    everyone = view.names()
+    # Passed nodes are revisited by looks at the whole cluster (a look at a round's members folds only those).
+    whole = view.records if view.complete else {}
+    revisited = [r for r in whole.values() if (g := view.groups.get(r.group)) and revisiting(r, g, now)]
+    # Only every record can tell a line of a node it does not know from an anonymous one.
+    if everyone is not None and (revisited or any(lines_due_in(r, snapshots.get(r.key), view, now) for r in checking)):
         # From the earliest window still open: every line of it is counted in the cluster's readings once.
-        since = min(r.check_started_at or now for r in (*checking, *revisited))
-        index = NameIndex.of(view.records.values(), snapshots.values())
+        open_windows = [r for r in everyone.values() if r.state == NodeState.CHECKING and r.check_started_at]
+        since = min(r.check_started_at or now for r in (*open_windows, *revisited))
+        index = NameIndex.of(everyone.values(), snapshots.values())
         results = ResultLog(ctx.logs.lines_since(view.info.log_group, since), since=since, read_at=now, index=index)
     active: ActiveCheck | None = None
     asked = any(_ask_operation(r, snapshots.get(r.key), view, now) for r in checking)

@@ -14,13 +14,7 @@ from deephealth.domain.rounds import (
     next_wait,
 )
 from deephealth.usecases.context import Context
-from deephealth.usecases.observe_cluster import (
-    close_cluster,
-    lines_due_in,
-    observe_cluster,
-    observe_members,
-    settling_elsewhere,
-)
+from deephealth.usecases.observe_cluster import close_cluster, observe_cluster, observe_members, settling_elsewhere
 
 MAX_POLLS = 2000  # a hard stop far beyond any check timeout, in case the clock misbehaves
 
@@ -36,14 +30,10 @@ def poll_check(ctx: Context, state: RoundState) -> RoundState:
     try:
         if not full:
             view = observe_members(ctx, state.cluster, state.round_id, state.window)  # type: ignore[arg-type]
-            # It looks finished, or its check just ended (once), or the lines of a member out of its check are due
-            # (only a look at every record reads them; one overdue in its check waits for the next whole look):
-            # confirm on the whole cluster.
+            # It looks finished, or its check just ended (once): confirm on the whole cluster.
             members = view.members(state.round_id)
             left = [r.check_left_at for r in members if r.check_left_at is not None]
             full = len(left) == len(members) and (not left or observed_at is None or observed_at < max(left))
-            due = [r for r in members if r.check_left_at is not None]
-            full = full or any(lines_due_in(r, view.snapshots.get(r.key), view, now) for r in due)
         if full:
             view = observe_cluster(ctx, state.cluster, state.round_id, orphaned_before=state.round_seq)
             observed_at = now
