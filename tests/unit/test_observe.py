@@ -270,7 +270,8 @@ def test_a_failure_line_that_arrives_after_the_pass_reverses_it_and_its_recovery
     assert reversed_.reversals == 1 and [o.verdict for o in reversed_.outcomes] == [Verdict.FAILED]
     assert decision.reason.startswith("verdict reversed") and "GPU 2" in decision.evidence[0]
     # A line outside its check window (a later check, another node) or after revisit_s changes nothing.
-    assert observe("c", passed, snap(), judged(1500.0, log_at((950.0, A, "ERROR", Finding.FAIL)))) is None
+    # (the window ends LINE_SKEW_S after the look that found the node out of its check: 900 + 300)
+    assert observe("c", passed, snap(), judged(1500.0, log_at((1250.0, A, "ERROR", Finding.FAIL)))) is None
     assert observe("c", passed, snap(), judged(1500.0, log_at((800.0, B, "ERROR", Finding.FAIL)))) is None
     assert observe("c", passed, snap(), judged(1100.0 + 3601, late)) is None
 

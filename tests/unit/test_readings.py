@@ -6,7 +6,7 @@ import json
 import pytest
 
 from deephealth.domain.policy import GroupPolicy
-from deephealth.domain.readings import MIN_LAG_SAMPLES, ClusterReadings
+from deephealth.domain.readings import MIN_LAG_SAMPLES, ClusterReadings, SeenLine
 from deephealth.domain.result_lines import ResultLine, parse_line
 
 T0 = 1_790_000_000.0
@@ -22,7 +22,7 @@ def line(msg: str, lag: float, at: float = T0, level: str = "info", stream: str 
 
 
 def seen(*lines: ResultLine, settle: float = 300.0, kind: str = "instance-id") -> ClusterReadings:
-    readings, _ = ClusterReadings(cluster="c").with_lines([(x, kind, "node") for x in lines], settle)
+    readings, _ = ClusterReadings(cluster="c").with_lines([SeenLine(x, kind, "node") for x in lines], settle)
     return readings
 
 
@@ -43,8 +43,11 @@ def test_the_settle_time_comes_down_as_far_as_the_measured_lag_allows_never_belo
 def test_a_line_later_than_the_settle_time_raises_it_and_is_counted():
     readings = seen(line("Deep health check passed", 500), settle=300)
     assert readings.late_lines == 1 and readings.settle_s(POLICY, T0 + 600) == 760
-    assert readings.revisit_s(POLICY) == 3600
-    assert seen(line("x passed", 2400)).revisit_s(POLICY) == 4800, "twice the largest lag ever seen"
+    assert readings.revisit_s(POLICY, T0 + 600) == 3600
+    late = seen(line("x passed", 2400))
+    assert late.revisit_s(POLICY, T0 + 3000) == 4800, "twice the largest lag of the last day"
+    assert late.revisit_s(POLICY, T0 + 3 * 86400) == 3600, "a lag older than a day no longer counts"
+    assert seen(line("x passed", 5 * 86400)).revisit_s(POLICY, T0 + 5 * 86400) == 86400, "at most a day"
 
 
 def test_the_settle_time_follows_the_last_day_only():
@@ -55,9 +58,11 @@ def test_the_settle_time_follows_the_last_day_only():
 
 def test_a_line_is_counted_once_however_many_looks_read_it():
     first = line("Deep health check passed", 5)
-    readings, new = ClusterReadings(cluster="c").with_lines([(first, "instance-id", "n")], 300)
+    readings, new = ClusterReadings(cluster="c").with_lines([SeenLine(first, "instance-id", "n")], 300)
     assert new == ["info summary"] and readings.lines == 1
-    again, new = readings.with_lines([(first, "instance-id", "n"), (line("x failed", 7), "instance-id", "n")], 300)
+    again, new = readings.with_lines(
+        [SeenLine(first, "instance-id", "n"), SeenLine(line("x failed", 7), "instance-id", "n")], 300
+    )
     assert new == ["info failure"], "a failure word at level info is a failure"
     assert again.lines == 2 and again.shapes["info summary"].count == 1
 

@@ -68,13 +68,15 @@ def records() -> list[NodeRecord]:
     ]  # fmt: skip
 
 
-def verdict(lines: list[ResultLine], checks: tuple[str, ...] = STRESS, after: float = 600):
-    """The verdict on B, `after` s after it left its check (settle 300 s, revisit 3600 s)."""
+def verdict(lines: list[ResultLine], checks: tuple[str, ...] = STRESS, after: float = 600, node_set: int = 2):
+    """The verdict on B, `after` s after it left its check (settle 300 s, revisit 3600 s), checked in a request
+    configuration of `node_set` nodes."""
     rs = records()
     log = ResultLog(tuple(lines), since=T0, read_at=LEFT + after, index=NameIndex.of(rs))
     evidence = log.evidence(LID_B, T0, LEFT)
     snapshot = NodeSnapshot(group="g", instance_id=B, logical_id=LID_B, status="Running")
-    look = Look(LEFT + after, evidence, False, 21600, 300, required=required_tests(checks), revisit_s=3600)
+    required = required_tests(checks)
+    look = Look(LEFT + after, evidence, False, 21600, 300, required=required, revisit_s=3600, nccl_set=node_set)
     return judge_check(rs[1], snapshot, look)
 
 
@@ -139,15 +141,37 @@ SHAPES = [
      [line(A, js("info", f"NCCL all_reduce with peer {B} ({HOST_B}) passed"))], BOTH, Verdict.SKIPPED, True, None),
     ("own InstanceStress lines and NCCL's anonymous summary",
      [*(line(B, plain(m)) for m in DOC_PASS), line("7d1e3b", plain(NCCL))], BOTH, Verdict.PASSED, True, None),
+    ("NCCL's anonymous summary of a smaller node set than the node's (the peers' pair, not its own set)",
+     [*(line(B, plain(m)) for m in DOC_PASS), line("7d1e3b", plain(NCCL))], BOTH, WAITS, True, None),
     ("own InstanceStress lines, no NCCL line at all",
      [line(B, plain(m)) for m in DOC_PASS], BOTH, WAITS, True, None),
     ("NCCL's anonymous summary alone",
      [line("7d1e3b", plain(NCCL))], BOTH, Verdict.INCONCLUSIVE, False, None),
     ("a pass line on an opaque stream naming the node in a field",
      [line("3f2a9c", js("info", "Deep health check passed", instance_id=B))], STRESS, Verdict.PASSED, True, None),
-    ("a line whose field names the node and whose text names a peer",
-     [line("3f2a9c", js("info", f"Deep health check passed with peer {A}", instance_id=B))], STRESS, Verdict.PASSED,
+    ("a line whose field names the node and whose text names another",
+     [line("3f2a9c", js("info", f"Deep health check passed on instance {A}", instance_id=B))], STRESS, Verdict.PASSED,
      True, None),
+    ("a pass word in a sentence no pattern knows",
+     [line(B, js("info", "Deep health check passed on 7 of 8 GPUs"))], STRESS, Verdict.INCONCLUSIVE, False, None),
+    ("a negated pass", [line(B, plain("stress-ng did not pass"))], STRESS, Verdict.INCONCLUSIVE, False, None),
+    ("a level in a field the code does not know",
+     [line(B, json.dumps({"Level": "E", "msg": "Deep health check passed"}))], STRESS, Verdict.INCONCLUSIVE, False,
+     None),
+    ("a level field spelled another way", [line(B, json.dumps({"Level": "ERROR", "msg": "Deep health check passed"}))],
+     STRESS, Verdict.FAILED, True, None),
+    ("a 'LEVEL:' prefix", [line(B, "WARN: Deep health check passed")], STRESS, Verdict.INCONCLUSIVE, False, None),
+    ("a DCGM summary naming several GPUs, one needing a replacement",
+     [line(B, plain(m)) for m in (*DOC_PASS[:2], DCGM.format(replace="true", reboot="false") + " gpu1 "
+                                  + "replacementRequired: false rebootRequired: false", *DOC_PASS[3:])],
+     STRESS, Verdict.FAILED, True, "replace"),
+    ("failure words that say nothing failed are no failure (nor a pass)",
+     [*(line(B, plain(m)) for m in DOC_PASS),
+      line(B, plain("EFA Loopback check passed for device: rdmap0s31, errors: 0"))],
+     STRESS, Verdict.INCONCLUSIVE, False, None),
+    ("a failure word inside a path or a compound",
+     [line(B, js("info", "Deep health check passed")), line(B, js("info", "see /var/log/error.log; error-free run"))],
+     STRESS, Verdict.INCONCLUSIVE, False, None),
     ("a pass line on an opaque stream naming two nodes",
      [line("3f2a9c", js("info", f"NCCL test between {A} and {B} passed"))], BOTH, Verdict.INCONCLUSIVE, False, None),
     ("no line at all",
@@ -157,10 +181,11 @@ SHAPES = [
 
 @pytest.mark.parametrize(("what", "lines", "checks", "expected", "recheck", "hint"), SHAPES, ids=[s[0] for s in SHAPES])
 def test_every_documented_line_shape_gets_its_verdict(what, lines, checks, expected, recheck, hint):
-    judgement = verdict(lines, checks)
+    node_set = 4 if "smaller node set" in what else 2
+    judgement = verdict(lines, checks, node_set=node_set)
     if expected is WAITS:
         assert judgement is None, what
-        judgement, expected = verdict(lines, checks, after=3600), Verdict.INCONCLUSIVE
+        judgement, expected = verdict(lines, checks, after=3600, node_set=node_set), Verdict.INCONCLUSIVE
     assert judgement is not None, what
     assert (judgement.verdict, judgement.recheck, judgement.hint) == (expected, recheck, hint), judgement.evidence
 
@@ -241,3 +266,30 @@ def test_a_late_line_reverses_a_pass_only_when_it_is_not_a_pass(late, expected):
     assert (judgement.verdict if judgement else None) == expected
     if judgement is not None:
         assert judgement.evidence[0].startswith("verdict reversed")
+
+
+def test_a_gone_nodes_hostname_names_it_for_the_lines_stamped_while_it_lived():
+    """A peer replaced and gone since: its lines from the round it was in are still its own, not anonymous."""
+    rs = records()
+    gone = rs[0].model_copy(update={"state": NodeState.GONE, "created_at": T0 - 100, "updated_at": T0 + 2500})
+    index = NameIndex.of([gone])
+    assert index.owner(line(HOST_A, js("error", FAULT), at=T0 + 2000)) == "a"
+    assert index.owner(line(HOST_A, js("error", FAULT), at=T0 + 9000)) is None, "after it was gone: nobody's"
+    reused = NameIndex.of([gone, rs[1].model_copy(update={"hostname": f"{HOST_A}.ec2.internal"})])
+    assert (
+        reused.owner(line(HOST_A, "x", at=T0 + 2000)) == "a" and reused.owner(line(HOST_A, "x", at=T0 + 9000)) == LID_B
+    )
+
+
+def test_a_look_without_the_whole_listing_waits_for_one_before_a_line_naming_a_stranger_counts():
+    """A poll lists only its members: a host it cannot place may be a node of a group nobody records."""
+    stranger = [line(B, js("info", "Deep health check passed")), line("ip-10-9-9-9", js("error", FAULT))]
+    rs = records()
+    partial = ResultLog(tuple(stranger), since=T0, read_at=LEFT + 600, index=NameIndex.of(rs), names_complete=False)
+    evidence = partial.evidence(LID_B, T0, LEFT)
+    assert evidence.unresolved == 1 and not evidence.anonymous_failures
+    snapshot = NodeSnapshot(group="g", instance_id=B, logical_id=LID_B, status="Running")
+    assert judge_check(rs[1], snapshot, Look(LEFT + 600, evidence, False, 21600, 300)) is None
+    assert judge_late(evidence) is None
+    judgement = verdict(stranger)  # a look at the whole cluster: the stranger is a stranger
+    assert judgement is not None and judgement.verdict == Verdict.INCONCLUSIVE

@@ -79,6 +79,8 @@ AFTER = 1000 + SETTLE  # elapsed at which a node that left at 1000 s has settled
         (checking(), snap("SystemUpdating"), None, TIMEOUT + 1, None, Verdict.INCONCLUSIVE),
         (checking(), snap("SystemUpdating"), None, 100, None, None),
         (left(observe_only=True), snap(), NOTHING, AFTER, None, Verdict.PASSED),  # HyperPod's on-start pass
+        # First seen already Running: nothing says it had its on-start checks. Checked again, never passed.
+        (checking(observe_only=True, check_left_at=T0 + 1000), snap(), NOTHING, AFTER, None, Verdict.SKIPPED),
         (left(observe_only=True), snap(), ANON_ERROR, AFTER, None, Verdict.INCONCLUSIVE),
         (left(observe_only=True), snap(), ERROR, AFTER, None, Verdict.FAILED),
     ],

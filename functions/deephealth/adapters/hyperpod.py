@@ -24,8 +24,9 @@ MAX_PAGES = 5  # pages read per question (operations in progress; a node's event
 # second look at the operations finds (the operation it met may just have ended).
 BUSY_CODES = frozenset({"ConflictException", "ResourceInUse", "ResourceInUseException", "ConcurrentModification"})
 BUSY_WORDS = re.compile(
-    r"already (?:in progress|running|active|exists)|in progress|only one|\bbusy\b|existing \w+ ?operation|"
-    r"concurrent|try again later",
+    r"already (?:in progress|running|active)|"
+    r"only one\b.{0,60}\b(?:check|request|operation)s?\b.{0,40}\b(?:active|in progress|at a time|running)|"
+    r"existing \w+ ?operation|\bbusy\b|concurrent (?:operation|request|check)|another \w+ ?(?:operation|check) is",
     re.IGNORECASE,
 )
 

@@ -165,8 +165,10 @@ class NodeRecord(BaseModel):
     observe_only: bool = False
     requested_checks: tuple[str, ...] | None = None  # an operator's on-demand check types, for the next round
     check_started_at: float | None = None
-    # The check types the node's current (or last) check ran: what a pass must prove (None on older records).
+    # The check types the node's current (or last) check ran: what a pass must prove (None on older records), and
+    # how many nodes its request's configuration held (the node set a multi-node NCCL test runs on).
     check_types: tuple[str, ...] | None = None
+    check_set_size: int | None = None
     seen_in_progress: bool = False
     # First look that found the node done with its check: its result line is read `log_settle_s` after this.
     check_left_at: float | None = None
@@ -294,6 +296,7 @@ def recheck(
         held_by=None,
         recovery_hint=None,
         check_types=None,
+        check_set_size=None,
         **changes,
     )
 

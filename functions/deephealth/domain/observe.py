@@ -32,7 +32,7 @@ from deephealth.domain.recovery import apply_verdict, observe_recovering, observ
 from deephealth.domain.result_lines import required_tests
 from deephealth.domain.results import ResultLog
 from deephealth.domain.rounds import expected_for
-from deephealth.domain.verdicts import Judgement, Look, judge_check, judge_late, left_check, lines_due
+from deephealth.domain.verdicts import Judgement, Look, judge_check, judge_late, left_check, lines_due, window_end
 
 # A node missing from listings for this long is gone; shorter gaps happen while HyperPod retries a launch.
 GONE_AFTER_S = 15 * 60
@@ -312,7 +312,7 @@ def _verdict(
     started = record.check_started_at
     if obs.results is not None and started is not None and lines_due(record, snapshot, obs.now, ctx.settle_s,
                                                                       expected_for(types)):  # fmt: skip
-        evidence = obs.results.evidence(record.key, started, record.check_left_at)
+        evidence = obs.results.evidence(record.key, started, window_end(record) if record.check_left_at else None)
     look = Look(
         obs.now,
         evidence,
@@ -322,6 +322,7 @@ def _verdict(
         required=required_tests(types),
         silent_pass_after_s=ctx.revisit_s if ctx.policy.pass_on_silence else None,
         revisit_s=ctx.revisit_s,
+        nccl_set=record.check_set_size,
     )
     judgement = judge_check(record, snapshot, look)
     if judgement is None:
@@ -362,7 +363,7 @@ def _revisited(record: NodeRecord, ctx: GroupContext, obs: Observation) -> Judge
     started = record.check_started_at
     if obs.results is None or started is None or not revisiting(record, ctx, obs.now) or obs.results.since > started:
         return None
-    return judge_late(obs.results.evidence(record.key, started, record.check_left_at or record.verdict_at))
+    return judge_late(obs.results.evidence(record.key, started, window_end(record)))
 
 
 def _reversed(record: NodeRecord, late: Judgement, ctx: GroupContext, obs: Observation) -> tuple[NodeRecord, Decision]:

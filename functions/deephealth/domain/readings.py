@@ -6,7 +6,8 @@ Two things follow from it. The **settle time** (how long after a node left its c
 the lag measured here: a cluster with no history uses the policy's conservative `log_settle_s`; once
 MIN_LAG_SAMPLES lines were measured it is the largest lag of the last LAG_WINDOW_S with a margin, never below
 `log_settle_floor_s`; a line later than the settle time then in force raises it and is counted. The **revisit time**
-(how long a passed node's window is read again) is the policy's `revisit_s`, or twice the largest lag ever seen.
+(how long a passed node's window is read again) is the policy's `revisit_s`, or twice the largest lag of the last day
+(at most a day).
 And `as_fidelity()` writes the observations as the twin's `fidelity` block, so a real cluster's first hour
 becomes a scenario anyone can replay (tests/fakes/readings.py).
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,7 +30,7 @@ LAG_WINDOW_S = 24 * 3600  # the lags the settle time follows: the largest of eac
 MIN_LAG_SAMPLES = 20  # fewer measured lines in the window: the policy's conservative settle time stays
 SETTLE_MARGIN = 1.5
 SETTLE_PAD_S = 10
-REVISIT_CAP_S = 14 * 86400
+REVISIT_CAP_S = 86400
 EXAMPLE_LIMIT = 300
 STREAM_KINDS = ("instance-id", "hostname", "logical-id", "opaque", "unknown-host")
 # What an alert has already been raised for, once per cluster: "shape:<shape>", NO_PASS_LINES, "operation:<id>".
@@ -43,6 +45,17 @@ class _Model(BaseModel):
 class Seen(_Model):
     count: int = 0
     example: str = ""
+
+
+@dataclass(frozen=True)
+class SeenLine:
+    """A result line as a look attributed it: how its stream is named, whose it is (None: anonymous), and whether
+    it names another known node than its owner (a peer)."""
+
+    line: ResultLine
+    stream_kind: str
+    owner: str | None
+    names_peer: bool = False
 
 
 class LagHour(_Model):
@@ -76,7 +89,7 @@ class ClusterReadings(_Model):
 
     # -- what follows from it -----------------------------------------------------------------------------
     def settle_s(self, policy: GroupPolicy, now: float) -> float:
-        recent = [h for start, h in self.lag_hours.items() if float(start) + 3600 > now - LAG_WINDOW_S]
+        recent = self._recent(now)
         if sum(h.count for h in recent) < MIN_LAG_SAMPLES:
             # Too few measured: the policy's conservative start, raised by any lag already seen beyond it.
             measured = max(policy.log_settle_s, _with_margin(self.lag_max_s) if self.lag_max_s else 0)
@@ -84,16 +97,20 @@ class ClusterReadings(_Model):
             measured = _with_margin(max(h.max_s for h in recent))
         return float(min(policy.log_settle_max_s, max(policy.log_settle_floor_s, measured)))
 
-    def revisit_s(self, policy: GroupPolicy) -> float:
-        return float(min(REVISIT_CAP_S, max(policy.revisit_s, math.ceil(2 * self.lag_max_s))))
+    def revisit_s(self, policy: GroupPolicy, now: float) -> float:
+        """The policy's, or twice the largest lag of the last day (at most a day: one line back-filled days late
+        must not keep every node waiting as long)."""
+        measured = math.ceil(2 * max((h.max_s for h in self._recent(now)), default=0.0))
+        return float(max(policy.revisit_s, min(REVISIT_CAP_S, measured)))
+
+    def _recent(self, now: float) -> list[LagHour]:
+        return [h for start, h in self.lag_hours.items() if float(start) + 3600 > now - LAG_WINDOW_S]
 
     # -- what a look adds ---------------------------------------------------------------------------------
-    def with_lines(
-        self, lines: Iterable[tuple[ResultLine, str, str | None]], settle_in_force: float
-    ) -> tuple[ClusterReadings, list[str]]:
-        """The readings with the lines not counted yet (ingested after `ingested_through`), each with its stream
-        kind and its owner (a node key, None: anonymous); and the shapes seen for the first time."""
-        fresh = [(line, kind, owner) for line, kind, owner in lines if (line.ingested_at or 0) > self.ingested_through]
+    def with_lines(self, lines: Iterable[SeenLine], settle_in_force: float) -> tuple[ClusterReadings, list[str]]:
+        """The readings with the lines not counted yet (ingested after `ingested_through`); and the shapes seen for
+        the first time."""
+        fresh = [seen for seen in lines if (seen.line.ingested_at or 0) > self.ingested_through]
         if not fresh:
             return self, []
         data = self.model_dump()
@@ -102,8 +119,9 @@ class ClusterReadings(_Model):
         histogram = Counter(self.lag_histogram)
         hours = {k: v.model_copy() for k, v in self.lag_hours.items()}
         new_shapes: list[str] = []
-        for line, kind, owner in fresh:
-            streams[kind] += 1
+        for attributed in fresh:
+            line, owner = attributed.line, attributed.owner
+            streams[attributed.stream_kind] += 1
             formats["json" if line.json_format else "plain"] += 1
             instance["field" if line.field_names else "message" if line.text_names else "none"] += 1
             seen = shapes.get(line.shape)
@@ -112,7 +130,7 @@ class ClusterReadings(_Model):
                 new_shapes.append(line.shape)
             seen.count += 1
             data["pass_lines"] += line.finding == Finding.PASS
-            data["peer_lines"] += owner is not None and bool(line.text_names - line.stream_names)
+            data["peer_lines"] += attributed.names_peer
             data["anonymous_nccl"] += owner is None and line.nccl_nodes is not None
             if (lag := line.lag_s) is not None:
                 histogram[_bucket(lag)] += 1
@@ -123,7 +141,7 @@ class ClusterReadings(_Model):
                 data["late_lines"] += lag > settle_in_force
         data.update(
             lines=self.lines + len(fresh),
-            ingested_through=max(self.ingested_through, *(line.ingested_at or 0.0 for line, _, _ in fresh)),
+            ingested_through=max(self.ingested_through, *(seen.line.ingested_at or 0.0 for seen in fresh)),
             streams=dict(streams),
             formats=dict(formats),
             instance_in_line=dict(instance),

@@ -1,11 +1,12 @@
 """What one line of a `DeepHealthCheckResults/*` stream proves: which test it is about, and whether it says that
 test passed. An allow-list, because a false pass is the worst mistake the controller can make.
 
-A line is a **pass** only when a pattern below recognises it as a test's success, at level `info` or `debug` (or
-with no level), with no failure word in it. It is a **failure** when it says so clearly: a level of the error
-family, a failure word in any form (`error`, `errors`, `fails`, `failure`, `faulty`, ... unless `0`/`no` comes
-first), or a DCGM summary with `replacementRequired: true` or `rebootRequired: true`. Everything else (a `warn`
-line with no failure word, an `info` line no pattern knows, a DCGM summary missing one of its two flags) is
+A line is a **pass** only when a pattern below recognises the whole line as a test's success (the node's own name
+aside), at level `info` or `debug` (or with no level), with no failure word in it. It is a **failure** when it says
+so clearly: a level of the error family, a failure word on its own in any form (`error`, `errors`, `fails`,
+`failure`, `faulty`, ... but not `0 errors`, `errors: 0`, `error.log`), or a DCGM summary with any
+`replacementRequired: true` or `rebootRequired: true`. Everything else (a `warn` line with no failure word, an `info`
+line no pattern knows, a level the code does not know, a DCGM summary missing one of its two flags) is
 **unrecognised**: never a pass, never an action, quoted in the node's evidence and an alert.
 
 The documented on-node lines [D-DHC], one per test, plain text `<time>  info  <message>`:
@@ -29,20 +30,31 @@ INSTANCE_ID = re.compile(r"\bi-[0-9a-f]{8}(?:[0-9a-f]{9})?\b")
 HOSTNAME = re.compile(r"\bip-\d{1,3}-\d{1,3}-\d{1,3}-\d{1,3}\b")
 UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.IGNORECASE)
 INSTANCE_FIELDS = ("instance_id", "InstanceId", "instanceId", "instance", "node_id", "NodeId", "hostname", "host")
-LEVEL_FIELDS = ("level", "severity", "lvl", "levelname")
+LEVEL_FIELDS = ("level", "severity", "lvl", "levelname", "log_level", "loglevel")  # compared lower case
 MESSAGE_FIELDS = ("msg", "message")
+UNKNOWN_LEVEL = "?"  # a field that looks like a level but is none of the known ones: never a pass
 TEXT_LIMIT = 500
 
 # Levels whose lines may prove a pass; the error family always fails; any other level is never a pass.
 PASS_LEVELS = frozenset({"", "info", "debug"})
 FAILURE_LEVELS = frozenset({"error", "err", "fatal", "critical", "crit", "alert", "emerg", "emergency", "panic"})
 KNOWN_LEVELS = PASS_LEVELS | FAILURE_LEVELS | {"trace", "notice", "warn", "warning"}
-# `<ISO time>  <level>  <message>`: the on-node log's plain-text layout.
-PLAIN = re.compile(r"^\s*(?:\d{4}-\d\d-\d\dT\S+\s+)?(?P<level>[A-Za-z]+)\s+(?P<msg>.*)$", re.DOTALL)
-FAILURE_WORDS = re.compile(r"\b(?:errors?|fail(?:s|ed|ure|ures|ing)?|faulty\w*|faults?|unhealthy)\b", re.IGNORECASE)
-# "0 errors", "no failures": not a failure, but not a recognised pass either unless a pass pattern matches.
-NEGATED = re.compile(r"\b(?:0|no|zero|without)\s+(?:errors?|failures?|faults?)\b", re.IGNORECASE)
-SUCCESS = r"\b(?:pass(?:ed)?|success(?:ful)?|succeeded)\b"
+# `<ISO time>  <level>  <message>` (the on-node log's plain-text layout), or `LEVEL: message`, `[level] message`.
+PLAIN = re.compile(r"^\s*(?:\d{4}-\d\d-\d\dT\S+\s+)?\[?(?P<level>[A-Za-z]+)\]?:?\s+(?P<msg>.*)$", re.DOTALL)
+# A failure word on its own (not part of a path or a name: `error.log`, `error-free`, `failover`).
+FAILURE_WORDS = re.compile(
+    r"(?<![\w./-])(?:errors?|fail(?:s|ed|ure|ures|ing)?|faulty\w*|faults?|unhealthy)(?![\w./]|-free)", re.IGNORECASE
+)
+# "0 errors", "no failures", "errors: 0": not a failure; not a pass either, unless a pass pattern takes the line.
+NEGATED = re.compile(
+    r"\b(?:0|no|zero|without)\s+(?:errors?|failures?|faults?)\b|\b(?:errors?|failures?|faults?|failed)\s*[:=]\s*0\b",
+    re.IGNORECASE,
+)
+SUCCESS = r"(?:passed|success|successful|succeeded)"
+# Before a pass pattern is matched, the node's own names and the words that carry them are taken out (readings
+# name the node in the text: "... on instance i-...", "... instance: i-...", "... host: ip-...").
+NODE = "<node>"
+NODE_MENTION = re.compile(rf"\s*(?:\bon instance|\binstance:|\bhost:)\s*{re.escape(NODE)}", re.IGNORECASE)
 
 
 class Test(StrEnum):
@@ -86,20 +98,28 @@ class PassPattern:
     proves: frozenset[Test]
 
 
-# The recognised pass lines. `summary` and `check-type` cover several tests at once: the fake's (and one reading's)
-# one line per node and check; the others are the documented per-test lines.
+def _whole(pattern: str) -> re.Pattern[str]:
+    return re.compile(rf"{pattern}\.?", re.IGNORECASE)
+
+
+# The recognised pass lines, each matched against the whole line. `summary` and `check-type` cover several tests at
+# once (the fake's, and one reading's, one line per node and check); the others are the documented per-test lines.
 PASS_PATTERNS = (
-    PassPattern("summary", re.compile(rf"\bdeep health checks?\b.*{SUCCESS}", re.IGNORECASE), ALL_TESTS),
+    PassPattern("summary", _whole(rf"deep health checks? {SUCCESS}"), ALL_TESTS),
     *(
-        PassPattern("check-type", re.compile(rf"\b{check}\b.*{SUCCESS}"), tests)
+        PassPattern("check-type", _whole(rf"{check}(?: check)? {SUCCESS}"), tests)
         for check, tests in REQUIRED_TESTS.items()
     ),
-    PassPattern("stress-ng", re.compile(rf"\bstress-ng\b.*{SUCCESS}", re.IGNORECASE), frozenset({Test.STRESS})),
-    PassPattern("gpu-pci", re.compile(rf"\bGpuPci\b.*{SUCCESS}", re.IGNORECASE), frozenset({Test.GPU_PCI})),
-    PassPattern("efa-loopback", re.compile(rf"\bEFA loopback\b.*{SUCCESS}", re.IGNORECASE), frozenset({Test.EFA})),
-    PassPattern("nccl", re.compile(rf"\bnccl\b.*{SUCCESS}", re.IGNORECASE), frozenset({Test.NCCL})),
+    PassPattern("stress-ng", _whole(rf"stress-ng {SUCCESS}"), frozenset({Test.STRESS})),
+    PassPattern("gpu-pci", _whole(rf"GpuPci Count check {SUCCESS}"), frozenset({Test.GPU_PCI})),
+    PassPattern(
+        "efa-loopback", _whole(r"EFA loopback(?: check)? passed(?: for device: [\w.:-]+)?"), frozenset({Test.EFA})
+    ),
+    # The documented summary of a multi-node NCCL test: figures only after "Summary:"
+    PassPattern("nccl", _whole(r"Nccl test successful\. Summary:[\w.,:\s-]*"), frozenset({Test.NCCL})),
+    PassPattern("nccl", _whole(rf"NCCL [\w-]+ with peer {NODE}(?: \({NODE}\))? {SUCCESS}"), frozenset({Test.NCCL})),
 )
-DCGM_SUMMARY = re.compile(r"\bDCGM diagnostic health summary\b", re.IGNORECASE)
+DCGM_SUMMARY = re.compile(r"\bDCGM diagnostic health summary:", re.IGNORECASE)
 DCGM_FLAG = re.compile(r"\b(replacementRequired|rebootRequired)\s*[:=]\s*\"?(true|false)\b", re.IGNORECASE)
 TEST_WORDS = (
     (Test.STRESS, re.compile(r"\bstress-ng\b", re.IGNORECASE)),
@@ -148,7 +168,7 @@ def parse_line(stream: str, message: str, timestamp_ms: int, ingestion_ms: int |
     except ValueError:
         pass  # plain text: the on-node log's layout
     if fields:
-        level = next((str(fields[k]) for k in LEVEL_FIELDS if k in fields), "").strip().lower()
+        level = _field_level(fields)
         text = next((str(fields[k]) for k in MESSAGE_FIELDS if k in fields), message)
     else:
         level, text = _plain(message)
@@ -173,6 +193,17 @@ def parse_line(stream: str, message: str, timestamp_ms: int, ingestion_ms: int |
     )
 
 
+def _field_level(fields: dict[str, object]) -> str:
+    """The level a JSON line gives itself: "" for none, UNKNOWN_LEVEL for a level-like field the code does not
+    know (a numeric level, `Level: "E"`, ...)."""
+    levels = {k.lower(): str(v).strip().lower() for k, v in fields.items() if "level" in k.lower() or k.lower() in
+              ("severity", "lvl")}  # fmt: skip
+    level = next((levels[k] for k in LEVEL_FIELDS if k in levels), None)
+    if level is None:
+        return UNKNOWN_LEVEL if levels else ""
+    return level if level in KNOWN_LEVELS else UNKNOWN_LEVEL
+
+
 def _plain(message: str) -> tuple[str, str]:
     match = PLAIN.match(message)
     if match and match.group("level").lower() in KNOWN_LEVELS:
@@ -194,7 +225,8 @@ def classify(level: str, text: str) -> tuple[Finding, frozenset[Test], Test | No
         return Finding.FAIL, frozenset(), test, None, "failure"
     if level not in PASS_LEVELS:
         return Finding.UNRECOGNISED, frozenset(), test, None, "unrecognised"
-    matched = [p for p in PASS_PATTERNS if p.pattern.search(text)]
+    bare = NODE_MENTION.sub("", INSTANCE_ID.sub(NODE, HOSTNAME.sub(NODE, text))).strip()
+    matched = [p for p in PASS_PATTERNS if p.pattern.fullmatch(bare)]
     if not matched:
         return Finding.UNRECOGNISED, frozenset(), test, None, "unrecognised"
     proves = frozenset(t for p in matched for t in p.proves)
@@ -202,8 +234,11 @@ def classify(level: str, text: str) -> tuple[Finding, frozenset[Test], Test | No
 
 
 def _dcgm_summary(level: str, text: str) -> tuple[Finding, frozenset[Test], Test | None, Hint | None, str]:
-    """The documented DCGM summary: its two flags decide, whatever its level says."""
-    flags = {name.lower(): value.lower() == "true" for name, value in DCGM_FLAG.findall(text)}
+    """The documented DCGM summary: its two flags decide, whatever its level says (any flag `true`, in a summary
+    that names several GPUs, is a failure)."""
+    flags: dict[str, bool] = {}
+    for name, value in DCGM_FLAG.findall(text):
+        flags[name.lower()] = flags.get(name.lower(), False) or value.lower() == "true"
     replace, reboot = flags.get("replacementrequired"), flags.get("rebootrequired")
     if replace or reboot:
         return Finding.FAIL, frozenset(), Test.DCGM, "replace" if replace else "reboot", "dcgm-summary"

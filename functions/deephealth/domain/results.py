@@ -21,13 +21,16 @@ AMBIGUOUS = ""  # a name two nodes share (a reused private IP): it names nobody 
 @dataclass(frozen=True)
 class NameIndex:
     """The node (record key) each name belongs to: every instance id it ever had, its logical id, and the short
-    hostnames its instances had, unless it is gone (a private IP, and so a hostname, can be handed out again)."""
+    hostnames its instances had. A private IP, and so a hostname, can be handed out again: a gone node's hostnames
+    are its own only for lines stamped while it lived (`past`), and a hostname two live nodes hold names nobody."""
 
     owners: dict[str, str] = field(default_factory=dict)
+    past: dict[str, tuple[tuple[float, float, str], ...]] = field(default_factory=dict)  # name -> (from, to, key)
 
     @classmethod
     def of(cls, records: Iterable[NodeRecord], snapshots: Iterable[NodeSnapshot] = ()) -> NameIndex:
         owners: dict[str, str] = {}
+        past: dict[str, tuple[tuple[float, float, str], ...]] = {}
 
         def add(name: str | None, key: str) -> None:
             if name:
@@ -36,42 +39,65 @@ class NameIndex:
         for r in records:
             for name in (*r.instance_ids, r.instance_id, r.logical_id and r.logical_id.lower()):
                 add(name, r.key)
-            if r.state != NodeState.GONE:
-                for name in (*r.hostnames, short_hostname(r.hostname)):
+            hostnames = {n for n in (*r.hostnames, short_hostname(r.hostname)) if n}
+            for name in hostnames:
+                if r.state == NodeState.GONE:
+                    past[name] = (*past.get(name, ()), (r.created_at, r.updated_at, r.key))
+                else:
                     add(name, r.key)
         for s in snapshots:
             add(s.instance_id, s.key)
             add(short_hostname(s.hostname), s.key)
-        return cls(owners)
+        return cls(owners, past)
 
     def owner(self, line: ResultLine) -> str | None:
         """The node whose line this is, or None (anonymous)."""
-        by_stream = self._resolve(line.stream_names)
-        if by_stream is not None:
-            return by_stream or None  # "": the stream names someone unknown, or several: anonymous
-        for names in (line.field_names, line.text_names):
-            by_line = self._resolve(names)
-            if by_line is not None:
-                return by_line or None
+        for names in (line.stream_names, line.field_names, line.text_names):
+            found = self._resolve(names, line.at)
+            if found is not None:
+                return found or None  # "": it names someone unknown, or several: anonymous
         return None
+
+    def names_unknown(self, line: ResultLine) -> bool:
+        """The line is anonymous because it names someone no record knows (not because it names nobody)."""
+        for names in (line.stream_names, line.field_names, line.text_names):
+            known = [self._owner_of(n, line.at) for n in names]
+            if any(k is None and not _uuid(n) for n, k in zip(names, known, strict=True)):
+                return True
+            if any(k is not None for k in known):
+                return False
+        return False
+
+    def names_peer(self, line: ResultLine, owner: str | None) -> bool:
+        """The line is `owner`'s and its text names another node a record knows (a multi-node test's peer)."""
+        others = (self._owner_of(n, line.at) for n in line.text_names)
+        return owner is not None and any(k not in (None, AMBIGUOUS, owner) for k in others)
 
     def stream_kind(self, line: ResultLine) -> str:
         """What the line's stream is named by (domain/readings.STREAM_KINDS)."""
         names = line.stream_names
-        if any(n not in self.owners and not _uuid(n) for n in names):
+        if any(self._owner_of(n, line.at) is None and not _uuid(n) for n in names):
             return "unknown-host"
-        known = sorted(n for n in names if self.owners.get(n))
+        known = sorted(n for n in names if self._owner_of(n, line.at))
         if not known:
             return "opaque"
         if INSTANCE_ID.fullmatch(known[0]):
             return "instance-id"
         return "hostname" if HOSTNAME.fullmatch(known[0]) else "logical-id"
 
-    def _resolve(self, names: frozenset[str]) -> str | None:
+    def _owner_of(self, name: str, at: float) -> str | None:
+        """Whose `name` was at `at`: a gone node's while it lived, else a live record's; AMBIGUOUS for two."""
+        then = {key for start, end, key in self.past.get(name, ()) if start <= at <= end}
+        if then:
+            return then.pop() if len(then) == 1 else AMBIGUOUS
+        return self.owners.get(name)
+
+    def _resolve(self, names: frozenset[str], at: float) -> str | None:
         """The one node `names` name; "" when they name someone unknown, or more than one node; None when they
         name nobody. A UUID nobody knows is an opaque stream id, not a name."""
-        known = {self.owners[n] for n in names if n in self.owners}
-        unknown = any(n not in self.owners and not _uuid(n) for n in names)
+        owners = {n: self._owner_of(n, at) for n in names}
+        known = {k for k in owners.values() if k is not None}
+        unknown = any(k is None and not _uuid(n) for n, k in owners.items())
         if unknown or AMBIGUOUS in known or len(known) > 1:
             return ""
         return known.pop() if known else None
@@ -93,6 +119,10 @@ class NodeEvidence:
     anonymous_unrecognised: tuple[ResultLine, ...] = ()
     anonymous_proven: frozenset[Test] = frozenset()  # tests anonymous pass lines say passed (an NCCL summary)
     anonymous_passes: int = 0
+    anonymous_nccl_nodes: int = 0  # the largest node set an anonymous NCCL summary in the window says it tested
+    # Lines naming someone the look could not know (it had no listing of the whole cluster): only a look at the
+    # whole cluster can tell whether they are anonymous.
+    unresolved: int = 0
 
     @property
     def hint(self) -> Hint | None:
@@ -107,7 +137,7 @@ class NodeEvidence:
             not self.own_lines
             and not self.anonymous_passes
             and not self.anonymous_failures
-            and not (self.anonymous_unrecognised)
+            and not self.anonymous_unrecognised
         )
 
 
@@ -119,10 +149,19 @@ class ResultLog:
     since: float
     read_at: float
     index: NameIndex = field(default_factory=NameIndex)
+    # Whether the index knows every node listed (a look at the whole cluster) or only the records and the nodes a
+    # poll listed (then a line naming someone unknown may be a node of a group nobody records).
+    names_complete: bool = True
     owners: tuple[str | None, ...] = field(init=False)
+    unknown: tuple[bool, ...] = field(init=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "owners", tuple(self.index.owner(line) for line in self.lines))
+        unknown = (
+            not self.names_complete and owner is None and self.index.names_unknown(line)
+            for line, owner in zip(self.lines, self.owners, strict=True)
+        )
+        object.__setattr__(self, "unknown", tuple(unknown))
 
     def evidence(self, key: str, since: float, until: float | None = None) -> NodeEvidence:
         """What the lines stamped in [since, until] prove about node `key`."""
@@ -132,9 +171,12 @@ class ResultLog:
         unrecognised: list[ResultLine] = []
         anon_failures: list[ResultLine] = []
         anon_unrecognised: list[ResultLine] = []
-        own = anon_passes = 0
-        for line, owner in zip(self.lines, self.owners, strict=True):
+        own = anon_passes = nccl_nodes = unresolved = 0
+        for line, owner, unknown in zip(self.lines, self.owners, self.unknown, strict=True):
             if line.at < since or (until is not None and line.at > until) or owner not in (key, None):
+                continue
+            if unknown:
+                unresolved += 1
                 continue
             if owner == key:
                 own += 1
@@ -145,6 +187,7 @@ class ResultLog:
             elif line.finding == Finding.PASS:
                 anon_passes += 1
                 anon_proven |= line.proves
+                nccl_nodes = max(nccl_nodes, line.nccl_nodes or 0)
             else:
                 (anon_failures if line.finding == Finding.FAIL else anon_unrecognised).append(line)
         return NodeEvidence(
@@ -156,4 +199,6 @@ class ResultLog:
             anonymous_unrecognised=tuple(anon_unrecognised),
             anonymous_proven=frozenset(anon_proven),
             anonymous_passes=anon_passes,
+            anonymous_nccl_nodes=nccl_nodes,
+            unresolved=unresolved,
         )

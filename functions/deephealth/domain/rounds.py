@@ -205,10 +205,10 @@ def expected_for(checks: Iterable[str]) -> int:
     return sum(EXPECTED_CHECK_S[c] for c in checks)
 
 
-def operation_overdue_s(checks: Iterable[str]) -> int:
-    """How long a check operation of these types may stay InProgress before it is said to be stuck: twice the
-    documented lower end of its checks (HyperPod's own ranges reach about that), plus HyperPod's wait for jobs."""
-    return 2 * expected_for(checks) + SKIP_GRACE_S
+def check_overdue(created_at: float | None, checks: Iterable[str], now: float) -> bool:
+    """A check operation that may hold checks of these types has stayed InProgress too long: longer than twice the
+    documented lower end of its checks (HyperPod's own ranges reach about that) plus HyperPod's wait for jobs."""
+    return created_at is not None and now - created_at > 2 * expected_for(checks) + SKIP_GRACE_S
 
 
 def next_wait(started_at: float, now: float, expected_s: int, poll_interval_s: int, awaiting_start: bool) -> int:

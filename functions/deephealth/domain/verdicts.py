@@ -2,7 +2,8 @@
 
 HyperPod's API has no pass/fail field, so the verdict is inferred, and only positive evidence passes a node:
 - for every test its check ran (`result_lines.required_tests`), a recognised pass line of its own (or a summary
-  line that covers them; an NCCL summary naming no node proves the multi-node test of every node in its window),
+  line that covers them; an NCCL summary naming no node proves the multi-node test of a node with lines of its own
+  in its window, when it tested a node set as large as the node's),
   read once the lines have had `log_settle_s` to arrive after it left its check, it seen in
   `DeepHealthCheckInProgress` and `Running` again, and no line about it that is not a pass;
 - or, for HyperPod's own on-start checks, `Running` after `DeepHealthCheckInProgress` (HyperPod isolates or
@@ -34,6 +35,15 @@ from deephealth.domain.results import NodeEvidence
 # HyperPod waits up to 10 minutes for a running job before it skips a node; allow for our poll spacing.
 SKIP_GRACE_S = 15 * 60
 QUOTE = 300  # characters of a line quoted in a node's evidence
+# A node's check window ends this long after the first look that found it out of the check: a node's clock may run
+# ahead, and a line may be stamped when HyperPod closes the check after the node's status changed.
+LINE_SKEW_S = 300
+
+
+def window_end(record: NodeRecord) -> float | None:
+    """The end of the node's check window (None: it is still in its check)."""
+    end = record.check_left_at if record.check_left_at is not None else record.verdict_at
+    return None if end is None else end + LINE_SKEW_S
 
 
 @dataclass(frozen=True)
@@ -60,6 +70,9 @@ class Look:
     silent_pass_after_s: float | None = None
     # How long lines that are still missing are waited for before the node is checked again (`revisit_s`).
     revisit_s: float = 3600.0
+    # The node set its multi-node test ran on (its request's configuration); None: not known, so an anonymous
+    # NCCL summary cannot be tied to it.
+    nccl_set: int | None = None
 
 
 def left_check(record: NodeRecord, snapshot: NodeSnapshot, check_active: bool | None) -> bool:
@@ -97,6 +110,8 @@ def judge_check(record: NodeRecord, snapshot: NodeSnapshot | None, look: Look) -
             tuple(f"result log: {quoted(line)}" for line in evidence.failures[:3]),
             hint=evidence.hint,
         )
+    if evidence is not None and evidence.unresolved:
+        return None  # a line names someone this look cannot place: the next look at the whole cluster can
     status = snapshot.status
     if failure_like(status):
         known = "" if status == "Failure" else " (not a status the API documents: handled like Failure)"
@@ -148,7 +163,7 @@ def _not_a_pass(evidence: NodeEvidence) -> Judgement | None:
 def _after_check(record: NodeRecord, status: str, evidence: NodeEvidence, look: Look) -> Judgement | None:
     if (blocked := _not_a_pass(evidence)) is not None:
         return blocked
-    missing = look.required - evidence.proven - (evidence.anonymous_proven & {Test.NCCL})
+    missing = look.required - evidence.proven - _anonymous_nccl(evidence, look)
     if not missing and status == RUNNING:
         if record.seen_in_progress or record.observe_only:
             proven = ", ".join(sorted(look.required))
@@ -165,9 +180,17 @@ def _after_check(record: NodeRecord, status: str, evidence: NodeEvidence, look: 
             recheck=False,
         )
     if status != RUNNING:
-        return None  # being moved or re-provisioned: its listing will say more
-    if record.observe_only:
-        # HyperPod isolates or replaces a node that fails its on-start checks: Running after them is its pass.
+        # Being moved or re-provisioned: its listing will say more, within the time a check may take.
+        if record.check_left_at is not None and look.now - record.check_left_at > look.check_timeout_s:
+            return Judgement(
+                Verdict.INCONCLUSIVE,
+                (f"status {status} {int(look.now - record.check_left_at)} s after it left its check",),
+                recheck=False,
+            )
+        return None
+    if record.observe_only and record.seen_in_progress:
+        # HyperPod isolates or replaces a node that fails its on-start checks: Running after them is its pass (a node
+        # first seen already Running may never have had them: it needs lines, or a check of ours).
         return Judgement(Verdict.PASSED, ("Running after HyperPod's on-start checks; no line about it is not a pass",))
     if evidence.own_lines:
         if record.check_left_at is not None and look.now - record.check_left_at < look.revisit_s:
@@ -184,6 +207,13 @@ def _after_check(record: NodeRecord, status: str, evidence: NodeEvidence, look: 
             recheck=False,
         )
     return _silent(record, look)
+
+
+def _anonymous_nccl(evidence: NodeEvidence, look: Look) -> frozenset[Test]:
+    """An NCCL summary naming no node proves the multi-node test of a node that wrote lines of its own (it took
+    part in the check) when it says it tested a node set at least as large as the node's (`NcclNodes`)."""
+    tied = look.nccl_set is not None and 0 < look.nccl_set <= evidence.anonymous_nccl_nodes
+    return evidence.anonymous_proven & {Test.NCCL} if tied and evidence.own_lines else frozenset()
 
 
 def _silent(record: NodeRecord, look: Look) -> Judgement | None:
@@ -210,6 +240,8 @@ def _silent(record: NodeRecord, look: Look) -> Judgement | None:
 def judge_late(evidence: NodeEvidence) -> Judgement | None:
     """A passed node's check window read again: the verdict its lines would have given had the late ones been on
     time, when that is not a pass (a failure, or an operator's call); None while they still say it passed."""
+    if evidence.unresolved:
+        return None  # the next look at the whole cluster places the line
     if evidence.failures:
         lines = "; ".join(quoted(line) for line in evidence.failures[:3])
         return Judgement(

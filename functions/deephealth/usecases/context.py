@@ -92,7 +92,9 @@ class Context:
         now = self.clock()
         groups = {
             name: dataclasses.replace(
-                g, measured_settle_s=readings.settle_s(g.policy, now), measured_revisit_s=readings.revisit_s(g.policy)
+                g,
+                measured_settle_s=readings.settle_s(g.policy, now),
+                measured_revisit_s=readings.revisit_s(g.policy, now),
             )
             for name, g in groups.items()
         }

@@ -88,7 +88,8 @@ def fold(
         open_windows = [r for r in everyone.values() if r.state == NodeState.CHECKING and r.check_started_at]
         since = min(r.check_started_at or now for r in (*open_windows, *revisited))
         index = NameIndex.of(everyone.values(), snapshots.values())
-        results = ResultLog(ctx.logs.lines_since(view.info.log_group, since), since=since, read_at=now, index=index)
+        lines = ctx.logs.lines_since(view.info.log_group, since)
+        results = ResultLog(lines, since=since, read_at=now, index=index, names_complete=view.complete)
     active: ActiveCheck | None = None
     asked = any(_ask_operation(r, snapshots.get(r.key), view, now) for r in checking)
     if asked:

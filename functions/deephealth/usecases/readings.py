@@ -10,9 +10,10 @@ from collections.abc import Iterable
 from deephealth.adapters.hyperpod import ActiveCheck
 from deephealth.domain.errors import StaleRecord
 from deephealth.domain.nodes import Decision, NodeRecord, NodeState, Verdict
-from deephealth.domain.readings import NO_PASS_LINES, ClusterReadings
+from deephealth.domain.readings import NO_PASS_LINES, ClusterReadings, SeenLine
 from deephealth.domain.results import ResultLog
-from deephealth.domain.rounds import operation_overdue_s
+from deephealth.domain.rounds import check_overdue
+from deephealth.domain.verdicts import window_end
 from deephealth.observability import logger
 from deephealth.usecases.context import ClusterView, Context
 from deephealth.usecases.decisions import notify
@@ -37,7 +38,7 @@ def note_look(
     if results is not None:
         settle = min((g.settle_s for g in view.groups.values() if g.watched), default=0.0)
         lines = [
-            (line, results.index.stream_kind(line), owner)
+            SeenLine(line, results.index.stream_kind(line), owner, results.index.names_peer(line, owner))
             for line, owner in zip(results.lines, results.owners, strict=True)
         ]
         readings, new_shapes = readings.with_lines(lines, settle)
@@ -47,7 +48,7 @@ def note_look(
     silence_refused = any(g.watched and not g.policy.pass_on_silence for g in view.groups.values())
     if readings.no_pass_lines() and NO_PASS_LINES not in readings.alerted and silence_refused:
         alerts.append(NO_PASS_LINES)  # said once, while some group would not pass such nodes
-    if active is not None and overdue(view, active, now) and (key := f"{OVERDUE}{active.operation_id}"):
+    if active is not None and operation_overdue(view, active, now) and (key := f"{OVERDUE}{active.operation_id}"):
         alerts += [key] if key not in readings.alerted else []
     readings = readings.with_counts(alerted=alerts)
     if readings == before:
@@ -86,18 +87,17 @@ def _verdicts_seen(
         if decision.verdict == Verdict.FAILED and snapshot is not None:
             failed.append(snapshot.status)
         elif decision.verdict in (Verdict.SKIPPED, Verdict.PASSED) and results is not None and was.check_started_at:
-            evidence = results.evidence(was.key, was.check_started_at, was.check_left_at)
+            evidence = results.evidence(was.key, was.check_started_at, window_end(was))
             silent += was.seen_in_progress and evidence.silent
     return failed, silent
 
 
-def overdue(view: ClusterView, active: ActiveCheck, now: float) -> bool:
-    """The check operation has been InProgress for longer than the longest check it can hold."""
-    if active.created_at is None:
-        return False
+def operation_overdue(view: ClusterView, active: ActiveCheck, now: float) -> bool:
+    """The check operation has been InProgress for longer than the longest check it can hold (any the groups'
+    policies or a checking node asked for)."""
     types: set[str] = {t for g in view.groups.values() if g.watched for t in g.policy.checks}
     types |= {t for r in view.records.values() if r.state == NodeState.CHECKING for t in r.check_types or ()}
-    return now - active.created_at > operation_overdue_s(types)
+    return check_overdue(active.created_at, types, now)
 
 
 def _alert(

@@ -14,7 +14,7 @@ from deephealth.usecases.claim_round import shadow_checks
 from deephealth.usecases.context import ClusterView, Context
 from deephealth.usecases.decisions import save_and_announce
 from deephealth.usecases.observe_cluster import observe_cluster
-from deephealth.usecases.readings import note_busy_error, note_look, overdue
+from deephealth.usecases.readings import note_busy_error, note_look, operation_overdue
 
 
 def start_check(ctx: Context, state: RoundState) -> RoundState:
@@ -45,7 +45,7 @@ def start_check(ctx: Context, state: RoundState) -> RoundState:
         # asking now is only refused. One open for longer than any check takes (held open by a node isolated
         # after failing it?) is said once, and asked past: HyperPod may merge or supersede, else it refuses.
         note_look(ctx, view, None, [], active, now)
-        if not overdue(view, active, now):
+        if not operation_overdue(view, active, now):
             raise ClusterBusy(f"a deep health check this round did not start is in progress on {state.cluster}")
     save_and_announce(
         ctx,
@@ -72,11 +72,17 @@ def start_check(ctx: Context, state: RoundState) -> RoundState:
         checked = request_check(ctx, state, view, ready, now)
     configs = build_check_request(checked, view.groups)
     types = {iid: tuple(cfg["DeepHealthChecks"]) for cfg in configs for iid in cfg["InstanceIds"]}
+    sizes = {iid: len(cfg["InstanceIds"]) for cfg in configs for iid in cfg["InstanceIds"]}
     save_and_announce(
         ctx,
         [
             r.model_copy(
-                update={"check_started_at": now, "updated_at": now, "check_types": types.get(r.instance_id or "")}
+                update={
+                    "check_started_at": now,
+                    "updated_at": now,
+                    "check_types": types.get(r.instance_id or ""),
+                    "check_set_size": sizes.get(r.instance_id or ""),
+                }
             )
             for r in checked
             if r.check_started_at is None
