@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from deephealth.domain.late_evidence import late_reversal
 from deephealth.domain.nodes import (
     IN_PROGRESS,
     RUNNING,
@@ -32,7 +33,7 @@ from deephealth.domain.recovery import apply_verdict, observe_recovering, observ
 from deephealth.domain.result_lines import required_tests
 from deephealth.domain.results import ResultLog
 from deephealth.domain.rounds import expected_for
-from deephealth.domain.verdicts import Judgement, Look, judge_check, judge_late, left_check, lines_due, window_end
+from deephealth.domain.verdicts import Look, judge_check, left_check, lines_due, window_end
 
 # A node missing from listings for this long is gone; shorter gaps happen while HyperPod retries a launch.
 GONE_AFTER_S = 15 * 60
@@ -210,8 +211,10 @@ def _final(
     replaced = instance_replaced(record, snapshot)
     if state == NodeState.PASSED and not replaced and failure_like(snapshot.status):
         return _failed_outside_a_check(record, ctx, obs, f"status {snapshot.status} after passing its check")
-    if state == NodeState.PASSED and not replaced and (late := _revisited(record, ctx, obs)) is not None:
-        return _reversed(record, late, ctx, obs)
+    if state == NodeState.PASSED and not replaced and obs.results is not None:
+        reversal = late_reversal(record, obs.results, ctx, obs.node_recovery, obs.now, obs.trigger)
+        if reversal is not None:
+            return reversal
     if state == NodeState.GONE:
         return recheck(record, snapshot, obs.now, "listed again after being gone", obs.trigger)
     if state == NodeState.SHADOWED and not ctx.policy.dry_run and not ctx.observe_only:
@@ -312,7 +315,7 @@ def _verdict(
     started = record.check_started_at
     if obs.results is not None and started is not None and lines_due(record, snapshot, obs.now, ctx.settle_s,
                                                                       expected_for(types)):  # fmt: skip
-        evidence = obs.results.evidence(record.key, started, window_end(record) if record.check_left_at else None)
+        evidence = obs.results.evidence(record.key, started, window_end(record))
     look = Look(
         obs.now,
         evidence,
@@ -344,49 +347,6 @@ def _verdict(
 def checked_for(record: NodeRecord, ctx: GroupContext) -> tuple[str, ...]:
     """The check types the node's current check runs: HyperPod's on-start checks, or what our request asked."""
     return (ctx.on_start_checks if record.observe_only else None) or record.check_types or ctx.policy.checks
-
-
-def revisiting(record: NodeRecord, ctx: GroupContext, now: float) -> bool:
-    """A passed node whose check window is still read for lines that arrive late: `revisit_s` after its pass."""
-    return (
-        record.state == NodeState.PASSED
-        and record.verdict == Verdict.PASSED
-        and record.check_started_at is not None
-        and record.verdict_at is not None
-        and now - record.verdict_at <= ctx.revisit_s
-    )
-
-
-def _revisited(record: NodeRecord, ctx: GroupContext, obs: Observation) -> Judgement | None:
-    """A passed node's check window read again: what lines that arrived after the pass say, when it is not a
-    pass."""
-    started = record.check_started_at
-    if obs.results is None or started is None or not revisiting(record, ctx, obs.now) or obs.results.since > started:
-        return None
-    return judge_late(obs.results.evidence(record.key, started, window_end(record)))
-
-
-def _reversed(record: NodeRecord, late: Judgement, ctx: GroupContext, obs: Observation) -> tuple[NodeRecord, Decision]:
-    """The pass is taken back: its outcome becomes the late verdict (the lemon trail counts one verdict, not a
-    flap), and the node goes where that verdict leads (recovery, or an operator)."""
-    trail = record.outcomes
-    if trail and trail[-1].verdict == Verdict.PASSED:
-        trail = trail[:-1]
-    unpassed = record.model_copy(update={"outcomes": trail, "reversals": record.reversals + 1})
-    updated, decision = apply_verdict(
-        unpassed,
-        late.verdict,
-        late.evidence,
-        ctx.policy,
-        obs.node_recovery,
-        obs.now,
-        obs.trigger,
-        recheck=late.recheck,
-        hint=Action(late.hint) if late.hint else None,
-    )
-    reason = f"verdict reversed (passed at {int(record.verdict_at or 0)}): {decision.reason}"
-    history = [*updated.history[:-1], updated.history[-1].model_copy(update={"reason": reason})]
-    return updated.model_copy(update={"history": history}), decision.model_copy(update={"reason": reason})
 
 
 def _recovering_itself(snapshot: NodeSnapshot | None, obs: Observation) -> NodeRecovery | str:

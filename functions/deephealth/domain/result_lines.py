@@ -196,12 +196,15 @@ def parse_line(stream: str, message: str, timestamp_ms: int, ingestion_ms: int |
 def _field_level(fields: dict[str, object]) -> str:
     """The level a JSON line gives itself: "" for none, UNKNOWN_LEVEL for a level-like field the code does not
     know (a numeric level, `Level: "E"`, ...)."""
-    levels = {k.lower(): str(v).strip().lower() for k, v in fields.items() if "level" in k.lower() or k.lower() in
-              ("severity", "lvl")}  # fmt: skip
+    levels = {k.lower(): str(v).strip().lower() for k, v in fields.items() if _level_like(k.lower())}
     level = next((levels[k] for k in LEVEL_FIELDS if k in levels), None)
     if level is None:
         return UNKNOWN_LEVEL if levels else ""
     return level if level in KNOWN_LEVELS else UNKNOWN_LEVEL
+
+
+def _level_like(key: str) -> bool:
+    return "level" in key or key in ("severity", "lvl")
 
 
 def _plain(message: str) -> tuple[str, str]:

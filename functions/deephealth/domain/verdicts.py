@@ -41,9 +41,8 @@ LINE_SKEW_S = 300
 
 
 def window_end(record: NodeRecord) -> float | None:
-    """The end of the node's check window (None: it is still in its check)."""
-    end = record.check_left_at if record.check_left_at is not None else record.verdict_at
-    return None if end is None else end + LINE_SKEW_S
+    """The end of the node's check window (None: it is still in its check, so it has none yet)."""
+    return None if record.check_left_at is None else record.check_left_at + LINE_SKEW_S
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ operations) folded into the node records, every change saved; and closing out a 
 from __future__ import annotations
 
 from deephealth.adapters.hyperpod import ActiveCheck
+from deephealth.domain.late_evidence import revisiting
 from deephealth.domain.nodes import (
     IN_PROGRESS,
     RUNNING,
@@ -13,7 +14,7 @@ from deephealth.domain.nodes import (
     NodeState,
     round_seq_of,
 )
-from deephealth.domain.observe import Observation, checked_for, close_out, observe, revisiting
+from deephealth.domain.observe import Observation, checked_for, close_out, observe
 from deephealth.domain.results import NameIndex, ResultLog
 from deephealth.domain.rounds import ListingWindow, expected_for
 from deephealth.domain.verdicts import SKIP_GRACE_S, lines_due

@@ -48,8 +48,9 @@ def note_look(
     silence_refused = any(g.watched and not g.policy.pass_on_silence for g in view.groups.values())
     if readings.no_pass_lines() and NO_PASS_LINES not in readings.alerted and silence_refused:
         alerts.append(NO_PASS_LINES)  # said once, while some group would not pass such nodes
-    if active is not None and operation_overdue(view, active, now) and (key := f"{OVERDUE}{active.operation_id}"):
-        alerts += [key] if key not in readings.alerted else []
+    overdue_key = f"{OVERDUE}{active.operation_id}" if active is not None else ""
+    if active is not None and overdue_key not in readings.alerted and operation_overdue(view, active, now):
+        alerts.append(overdue_key)
     readings = readings.with_counts(alerted=alerts)
     if readings == before:
         return
