@@ -250,6 +250,19 @@ def test_a_replacement_never_settles_by_time_and_is_retried_once_it_shows_no_eff
     assert new.state == NodeState.PENDING and new.instance_ids == [A, B] and new.attempts == 0  # counted at request
 
 
+def test_a_node_seen_down_that_never_comes_back_is_retried_after_the_action_timeout():
+    """A reboot whose answer was lost and that never ran, or one stuck in Failure: down, and never Running again
+    (found by the fidelity matrix: 3 nodes waited in `recovering` to the horizon)."""
+    down, _ = observe_recovering(recovering(), listed("Failure"), NOW + 300, "t")
+    assert down.seen_down and observe_recovering(down, listed("Failure"), NOW + ACTION_TIMEOUT_S - 1, "t") is None
+    retry, decision = observe_recovering(down, listed("Failure"), NOW + ACTION_TIMEOUT_S, "t")
+    assert retry.state == NodeState.RECOVERY_DUE and retry.action == Action.REBOOT and retry.action_retries == 1
+    assert decision.reason == f"reboot showed no effect: still Failure after {ACTION_TIMEOUT_S} s; retry"
+    worn = down.model_copy(update={"action_retries": MAX_ACTION_RETRIES})
+    gave_up, _ = observe_recovering(worn, listed("Failure"), NOW + ACTION_TIMEOUT_S, "t")
+    assert gave_up.state == NodeState.INCONCLUSIVE  # an operator decides; never recovering for good
+
+
 def test_plan_recovery_takes_the_clusters_node_recovery_as_the_enum_or_its_string():
     for automatic in (NodeRecovery.AUTOMATIC, "Automatic"):
         record, _ = apply_verdict(rec(), Verdict.FAILED, ("x",), GroupPolicy(), automatic, NOW, None)

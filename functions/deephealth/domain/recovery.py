@@ -290,13 +290,23 @@ def observe_recovering(
     that showed no effect for ACTION_TIMEOUT_S is retried, a bounded number of times."""
     if instance_replaced(record, snapshot):
         return recheck(record, snapshot, now, f"replacement done (new instance {snapshot.instance_id})", trigger)
-    if snapshot.status != RUNNING:
-        if record.seen_down:
-            return None
-        return transition(
-            record, now, record.state, f"seen {snapshot.status} during {record.action}", trigger, seen_down=True
-        )
     since = now - (record.action_at or now)
+    if snapshot.status != RUNNING:
+        if not record.seen_down:
+            return transition(
+                record, now, record.state, f"seen {snapshot.status} during {record.action}", trigger, seen_down=True
+            )
+        if since < ACTION_TIMEOUT_S:
+            return None
+        # Down and never back (a reboot whose answer was lost and that never ran, one stuck in Failure): the action
+        # showed no effect either; without this, the node would wait in `recovering` for good.
+        return give_up_or_retry(
+            record,
+            now,
+            trigger,
+            f"{record.action} showed no effect",
+            cause=f": still {snapshot.status} after {int(since)} s",
+        )
     if record.action in (Action.REBOOT, Action.HYPERPOD) and (record.seen_down or since >= REBOOT_SETTLE_S):
         return recheck(record, snapshot, now, f"{record.action} done: Running again", trigger)
     if since >= ACTION_TIMEOUT_S:
