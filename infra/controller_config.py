@@ -45,6 +45,12 @@ _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s.]+")
 # Who may reset a cluster's breaker or lift a capacity hold through the API: cluster name (or "*", every
 # cluster) -> IAM role or user ARN patterns (ArnLike: `*` and `?` wildcards). Unset or {}: nobody.
 BREAKER_RESETTERS_KEY = "hyperpod-dhc:breaker-resetters"
+# Whose Slurm bridge a cluster's is: cluster name (or "*") -> the execution role(s) of its Slurm controller group.
+# Only they may read the cluster's desired Slurm state and report its occupancy; a cluster named here also gets
+# an alarm when its bridge goes silent. Unset or {}: no bridge may call the API.
+SLURM_BRIDGES_KEY = "hyperpod-dhc:slurm-bridges"
+# Who may queue on-demand checks of a cluster (POST /clusters/{cluster}/checks): same shape. Unset or {}: nobody.
+CHECK_REQUESTERS_KEY = "hyperpod-dhc:check-requesters"
 EVERY_CLUSTER = "*"
 # What `aws:PrincipalArn` is for a role (its path included) or a user of one account; an assumed-role
 # session ARN (arn:aws:sts::...:assumed-role/...) never is, so it is refused rather than never matching.
@@ -56,8 +62,10 @@ __all__ = [
     "ControllerConfig",
     "config_parameter",
     "read_breaker_resetters",
+    "read_check_requesters",
     "read_controller_config",
     "read_notification_email",
+    "read_slurm_bridges",
     "retention",
 ]
 
@@ -121,16 +129,31 @@ def read_notification_email(scope: Construct) -> str | None:
 
 
 def read_breaker_resetters(scope: Construct, config: ControllerConfig) -> dict[str, tuple[str, ...]]:
-    """``hyperpod-dhc:breaker-resetters``: cluster (or ``"*"``) -> principal ARN patterns; {} when unset.
+    """``hyperpod-dhc:breaker-resetters``: cluster (or ``"*"``) -> principal ARN patterns; {} when unset."""
+    return read_principal_map(scope, config, BREAKER_RESETTERS_KEY)
+
+
+def read_slurm_bridges(scope: Construct, config: ControllerConfig) -> dict[str, tuple[str, ...]]:
+    """``hyperpod-dhc:slurm-bridges``: cluster (or ``"*"``) -> its bridge's role ARN patterns; {} when unset."""
+    return read_principal_map(scope, config, SLURM_BRIDGES_KEY)
+
+
+def read_check_requesters(scope: Construct, config: ControllerConfig) -> dict[str, tuple[str, ...]]:
+    """``hyperpod-dhc:check-requesters``: cluster (or ``"*"``) -> principal ARN patterns; {} when unset."""
+    return read_principal_map(scope, config, CHECK_REQUESTERS_KEY)
+
+
+def read_principal_map(scope: Construct, config: ControllerConfig, key: str) -> dict[str, tuple[str, ...]]:
+    """A context key of the breaker-resetters shape: cluster (or ``"*"``) -> principal ARN patterns; {} when unset.
 
     Raises ``ConfigError`` naming the key for anything but a map of cluster names (watched ones, when
     ``clusters`` is a list) to non-empty lists of IAM role or user ARN patterns of 12-digit accounts.
     """
-    raw = scope.node.try_get_context(BREAKER_RESETTERS_KEY)
+    raw = scope.node.try_get_context(key)
     if raw is None or raw == "":
         return {}
-    where = f'context key "{BREAKER_RESETTERS_KEY}"'
-    if isinstance(raw, str):  # `-c hyperpod-dhc:breaker-resetters='{...}'` arrives as a string
+    where = f'context key "{key}"'
+    if isinstance(raw, str):  # `-c <key>='{...}'` arrives as a string
         try:
             raw = json.loads(raw)
         except json.JSONDecodeError as err:

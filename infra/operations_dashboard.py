@@ -7,6 +7,14 @@ metrics come from their services.
 
 Alarms (each notifies the topic, and treats missing data as not breaching): a failed round execution,
 a message in any dead-letter queue, 10 or more throttled AWS calls in 5 minutes, a quarantined node.
+
+A silent Slurm bridge, per cluster named in ``hyperpod-dhc:slurm-bridges`` (not for ``"*"``: naming a cluster
+says it runs a bridge): the Api function counts each occupancy report it accepts as ``SlurmBridgeReports``
+(``service`` + ``cluster``). The bridge reports every sync (60 s), so no report in ``BRIDGE_SILENT_PERIODS``
+consecutive 5-minute periods means it stopped: a 403 after a role change, slurmctld down, a crash loop, a
+node gone. Nodes then stay drained, or take jobs unchecked, in silence. Here missing data is the signal, so
+it breaches. A cluster with no node in Slurm has nothing to report and alarms too. Each such cluster gets the
+alarm's graph on the dashboard, in a "Slurm bridges" row.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from deephealth.domain.nodes import Verdict
-from infra.controller_config import ControllerConfig
+from infra.controller_config import EVERY_CLUSTER, ControllerConfig
 from infra.controller_functions import METRICS_NAMESPACE, SERVICE_NAME
 from infra.notifications import alarm_name
 
@@ -36,6 +44,8 @@ RECOVERY_METRICS = ("RebootRequests", "ReplaceRequests", "NodesRecovered")
 # Intake drops (tests/integration/test_bad_input_corpus.py) and the operator API's 4xx answers.
 BAD_INPUT_METRICS = ("MalformedEvents", "ForeignEvents", "IgnoredEvents", "RejectedRequests")
 THROTTLED_THRESHOLD = 10  # throttled AWS calls (after botocore's retries) in one 5-minute period
+BRIDGE_REPORTS_METRIC = "SlurmBridgeReports"  # deephealth.observability.bridge_reported
+BRIDGE_SILENT_PERIODS = 3  # 5-minute periods without an occupancy report: 15 syncs of the bridge missed
 WIDTH = 8  # three widgets per row of 24
 
 
@@ -69,6 +79,7 @@ class OperationsDashboard(Construct):
         functions: Mapping[str, lambda_.IFunction],
         topic: sns.ITopic,
         api: apigw.RestApi | None = None,
+        slurm_bridges: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         super().__init__(scope, id)
         stack = Stack.of(self)
@@ -130,6 +141,12 @@ class OperationsDashboard(Construct):
                 "(see the 'recovery actions' and 'history of one node' queries).",
             ),
         }
+
+        bridge_alarms = {
+            cluster: self._bridge_silent_alarm(cluster, action)
+            for cluster in sorted(c for c in slurm_bridges or {} if c != EVERY_CLUSTER)
+        }
+        self.alarms |= {f"slurm-bridge-silent-{cluster}": alarm for cluster, alarm in bridge_alarms.items()}
 
         dashboard = cw.Dashboard(
             self,
@@ -197,6 +214,14 @@ class OperationsDashboard(Construct):
             ]
         dashboard.add_widgets(*health)
         dashboard.add_widgets(cw.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms.values()), width=24))
+        if bridge_alarms:
+            dashboard.add_widgets(cw.TextWidget(markdown="## Slurm bridges", width=24, height=1))
+            dashboard.add_widgets(
+                *(
+                    cw.AlarmWidget(title=f"Slurm bridge reports — {cluster}", alarm=alarm, width=WIDTH, height=6)
+                    for cluster, alarm in bridge_alarms.items()
+                )
+            )
         if config.clusters != "all":
             for cluster in config.clusters:
                 dashboard.add_widgets(
@@ -204,6 +229,30 @@ class OperationsDashboard(Construct):
                 )
                 dashboard.add_widgets(*self._node_widgets(cluster))
         self.dashboard = dashboard
+
+    def _bridge_silent_alarm(self, cluster: str, action: cw.IAlarmAction) -> cw.Alarm:
+        """No occupancy report from ``cluster``'s Slurm bridge in ``BRIDGE_SILENT_PERIODS`` periods (module doc)."""
+        reports = controller_metric(BRIDGE_REPORTS_METRIC, cluster=cluster, label="occupancy reports")
+        alarm = cw.Alarm(
+            self,
+            f"SlurmBridgeSilent-{cluster}",  # the name as it is: a capitalized id could collide (a-b, a--b)
+            alarm_name=alarm_name(self, f"slurm-bridge-silent-{cluster}"),
+            alarm_description=(
+                f"The Slurm bridge of cluster {cluster} sent no occupancy report for "
+                f"{BRIDGE_SILENT_PERIODS * int(PERIOD.to_minutes())} minutes (it reports every sync, 60 s). Nodes "
+                "stay drained or take jobs before their check until it is back: look at `journalctl -u "
+                "hpdhc-slurm-bridge` on the cluster's Slurm controller node (a 403 means its role is not the one "
+                "named for the cluster in hyperpod-dhc:slurm-bridges, or lacks SlurmBridgePolicy)."
+            ),
+            metric=reports,
+            threshold=1,
+            comparison_operator=cw.ComparisonOperator.LESS_THAN_THRESHOLD,
+            evaluation_periods=BRIDGE_SILENT_PERIODS,
+            datapoints_to_alarm=BRIDGE_SILENT_PERIODS,
+            treat_missing_data=cw.TreatMissingData.BREACHING,  # silence is what this alarm is about
+        )
+        alarm.add_alarm_action(action)
+        return alarm
 
     @staticmethod
     def _node_widgets(cluster: str | None) -> list[cw.IWidget]:

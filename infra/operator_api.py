@@ -9,18 +9,47 @@ validator.
 Stage ``v1``: JSON access logs (caller ARN included) to a log group with the configured retention,
 execution logging at ERROR without request/response data, X-Ray tracing, and stage-wide throttling.
 
-Who may reset (``resetter_policy``): the API's resource policy denies ``POST
-/clusters/{cluster}/breakers/reset`` (close the breaker, lift a capacity hold) to every principal whose
-``aws:PrincipalArn`` is not like one of the cluster's patterns in ``hyperpod-dhc:breaker-resetters`` (or of
-``"*"``, every cluster); a cluster not in the map can only be reset by the ``"*"`` patterns (nobody when
-there are none). Only Deny statements: in the same account IAM auth still needs an identity policy that
-allows ``execute-api:Invoke``, and an explicit deny wins over it. ARNs name the API as ``*`` (the policy
-is a property of the API, which cannot reference its own id) and every stage.
+Who may do what to which cluster (``api_policy``): the API's resource policy denies each guarded route of a
+cluster to every principal whose ``aws:PrincipalArn`` is not like one of that cluster's patterns in the route's
+context key (or of its ``"*"`` patterns, every cluster); a cluster not in the map can only be reached by the
+``"*"`` patterns (nobody when there are none). The guarded routes (``GUARDS``) and their keys:
+
+- ``POST /clusters/{cluster}/breakers/reset`` (close the breaker, lift a capacity hold):
+  ``hyperpod-dhc:breaker-resetters``.
+- ``BRIDGE_ROUTES`` (the Slurm bridge's pull of the desired state and its occupancy report):
+  ``hyperpod-dhc:slurm-bridges``, the execution role(s) of each cluster's Slurm controller group. Per cluster
+  because that role is on every node of its group (IMDS): a job on another cluster's nodes must not be able to
+  report this cluster's nodes busy, which keeps them unchecked and drained for as long as it keeps reporting.
+- ``POST /clusters/{cluster}/checks`` (queue on-demand checks, which take nodes out of service for hours):
+  ``hyperpod-dhc:check-requesters``.
+
+Defaults (``cdk.json`` ships ``{}`` for each): nobody may reset, queue checks or run a bridge through the API
+until named. A fresh deployment is usable without them: rounds find and check new nodes on their own, every
+read route stays open to IAM-authorized operators, and the bridge is opt-in (an operator attaches its policy and
+names its role). Safe: the writes that hold nodes back or take them out of service are nobody's by default.
+
+Only Deny statements: in the same account IAM auth still needs an identity policy that allows
+``execute-api:Invoke``, and an explicit deny wins over it. One statement per distinct set of principals of a
+configured cluster (``Resource``: the guarded methods of every cluster and key with exactly those principals,
+``ArnNotLike``: them), and one per distinct set of ``"*"`` patterns for every other cluster (``NotResource``:
+every method those keys do not guard and their configured clusters' guarded ones; ``ArnNotLike``: the ``"*"``
+patterns, no condition when there are none). Grouping keeps the policy short: API Gateway caps it at
+``POLICY_LENGTH_QUOTA`` characters and synth fails beyond (measured with the longest partition and region).
+ARNs name the API as ``*`` (the policy is a property of the API, which cannot reference its own id) and every
+stage. Measured: shipped empty, about 670 characters; each configured cluster with principals of its own adds
+about 425 per key (610 for the bridge's two routes), about 180 per route when it shares them with another
+cluster or key. So about 17 clusters fit in one key alone, 12 in the bridges alone; in all three, 5 with
+different principals per key, 6 when a cluster's resetters are its check requesters, 10 when those are ``"*"``
+patterns and only the bridges are per cluster (beyond: raise the quota, Service Quotas L-8B81B02C).
 
 The Slurm bridge (``SlurmBridgePolicy``, a customer-managed policy the stack exports as ``SlurmBridgePolicyArn``):
 the agent on a cluster's Slurm controller node calls ``BRIDGE_ROUTES`` with the instance group's execution role
-(SigV4), so an operator attaches this policy to that role. It allows ``execute-api:Invoke`` on those two methods
-of this API's stage and nothing else; the resource policy's only denies are of the reset route.
+(SigV4), so an operator attaches this policy to that role and names the role for its cluster in
+``hyperpod-dhc:slurm-bridges``. It allows ``execute-api:Invoke`` on those two methods of this API's stage, for
+every cluster, and nothing else: one policy for every cluster (a role shared by clusters needs no second one),
+whose cluster is then decided by the resource policy. The Api function counts each accepted occupancy report
+as metric ``SlurmBridgeReports`` (dimensions ``service``, ``cluster``); the operations dashboard alarms on a
+named cluster's bridge when it stops (``infra/operations_dashboard.py``).
 
 Deployment precondition: REST API stages log to CloudWatch Logs (access and execution logs alike) only
 when the region's API Gateway account settings name a CloudWatch Logs role (``cloudWatchRoleArn``).
@@ -34,6 +63,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from aws_cdk import Aws, Stack
@@ -44,15 +74,24 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from infra.acknowledgements import acknowledge, acknowledge_wildcard_resource
-from infra.controller_config import BREAKER_RESETTERS_KEY, EVERY_CLUSTER, REPO_ROOT, ConfigError
+from infra.controller_config import (
+    BREAKER_RESETTERS_KEY,
+    CHECK_REQUESTERS_KEY,
+    EVERY_CLUSTER,
+    REPO_ROOT,
+    SLURM_BRIDGES_KEY,
+    ConfigError,
+)
 
 STAGE_NAME = "v1"
 THROTTLE_RATE_RPS = 20
 THROTTLE_BURST = 40
 OPENAPI_DOCUMENT = REPO_ROOT / "docs" / "openapi.json"
 HTTP_METHODS = frozenset({"get", "put", "post", "delete", "options", "head", "patch"})
-# Closes a cluster's breaker or lifts a group's capacity hold: only the cluster's resetters (resetter_policy).
+# Closes a cluster's breaker or lifts a group's capacity hold: only the cluster's resetters (api_policy).
 RESET_ROUTE = ("POST", "/clusters/{cluster}/breakers/reset")
+# Queues on-demand checks: only the cluster's check requesters (api_policy).
+CHECKS_ROUTE = ("POST", "/clusters/{cluster}/checks")
 
 
 def openapi_routes(document: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -64,12 +103,26 @@ def openapi_routes(document: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
 
 
 ROUTES = openapi_routes(json.loads(OPENAPI_DOCUMENT.read_text()))
-if RESET_ROUTE not in ROUTES:  # resetter_policy would guard a route that is not there, and leave the reset open
-    raise RuntimeError(f"{OPENAPI_DOCUMENT} has no route {' '.join(RESET_ROUTE)}: update RESET_ROUTE")
 # What the Slurm bridge calls: its nodes' desired state, and their occupancy.
 BRIDGE_ROUTES = (("GET", "/clusters/{cluster}/slurm"), ("POST", "/clusters/{cluster}/slurm/occupancy"))
-if not set(BRIDGE_ROUTES) <= set(ROUTES):  # the bridge's policy would allow what is not there
-    raise RuntimeError(f"{OPENAPI_DOCUMENT} lacks a route of BRIDGE_ROUTES {BRIDGE_ROUTES}: update BRIDGE_ROUTES")
+
+
+@dataclass(frozen=True)
+class Guard:
+    """Routes of a cluster that only the principals its context key names for that cluster may call."""
+
+    key: str
+    routes: tuple[tuple[str, str], ...]
+
+
+GUARDS = (
+    Guard(BREAKER_RESETTERS_KEY, (RESET_ROUTE,)),
+    Guard(SLURM_BRIDGES_KEY, BRIDGE_ROUTES),
+    Guard(CHECK_REQUESTERS_KEY, (CHECKS_ROUTE,)),
+)
+for _guard in GUARDS:  # a guard of a route the API lacks guards nothing: the route it meant would be open
+    if missing := [route for route in _guard.routes if route not in ROUTES]:
+        raise RuntimeError(f"{OPENAPI_DOCUMENT} has no route {missing} of {_guard.key}: update GUARDS")
 
 # API Gateway's quota on a resource policy, in characters (adjustable; Service Quotas L-8B81B02C). Checked at
 # synth with the ARNs expanded as long as they get (the partition aws-us-gov, a 15-character region).
@@ -108,42 +161,52 @@ def method_arn(http_method: str, path: str) -> str:
     return f"arn:{Aws.PARTITION}:execute-api:{Aws.REGION}:{Aws.ACCOUNT_ID}:*/*/{http_method}{arn_path(path)}"
 
 
-def reset_arn(cluster: str) -> str:
-    method, path = RESET_ROUTE
+def cluster_arn(route: tuple[str, str], cluster: str) -> str:
+    """The method ARN of ``route`` for one cluster (every stage)."""
+    method, path = route
     return method_arn(method, path.replace("{cluster}", cluster))
 
 
-def resetter_policy(resetters: Mapping[str, Sequence[str]]) -> iam.PolicyDocument:
-    """Deny the reset route to all but the configured resetters (see the module doc); nothing else."""
-    everywhere = sorted(resetters.get(EVERY_CLUSTER, ()))
-    clusters = sorted(c for c in resetters if c != EVERY_CLUSTER)
-
-    def deny(
-        sid: str, patterns: list[str], *, resources: list[str] | None = None, not_resources: list[str] | None = None
-    ) -> iam.PolicyStatement:
-        return iam.PolicyStatement(
-            sid=sid,
-            effect=iam.Effect.DENY,
-            principals=[iam.AnyPrincipal()],
-            actions=["execute-api:Invoke"],
-            conditions={"ArnNotLike": {"aws:PrincipalArn": patterns}} if patterns else None,
-            resources=resources,
-            not_resources=not_resources,
-        )
-
-    statements = [
-        deny(f"ResetCluster{i}OnlyByItsResetters", sorted({*resetters[c], *everywhere}), resources=[reset_arn(c)])
-        for i, c in enumerate(clusters, 1)
-    ]
-    # Every other cluster: NotResource is every method but the reset route, and the configured clusters'.
-    others = [method_arn(m, p) for m, p in ROUTES if (m, p) != RESET_ROUTE]
-    statements.append(
-        deny(
-            "ResetOtherClustersOnlyByResettersOfAll",
-            everywhere,
-            not_resources=others + [reset_arn(c) for c in clusters],
-        )
+def _deny(
+    sid: str, patterns: list[str], *, resources: list[str] | None = None, not_resources: list[str] | None = None
+) -> iam.PolicyStatement:
+    return iam.PolicyStatement(
+        sid=sid,
+        effect=iam.Effect.DENY,
+        principals=[iam.AnyPrincipal()],
+        actions=["execute-api:Invoke"],
+        conditions={"ArnNotLike": {"aws:PrincipalArn": patterns}} if patterns else None,
+        resources=resources,
+        not_resources=not_resources,
     )
+
+
+def api_policy(authorities: Mapping[str, Mapping[str, Sequence[str]]]) -> iam.PolicyDocument:
+    """The API's resource policy: every guard's denies (see the module doc), ``authorities`` keyed by each guard's
+    context key (a key not given: ``{}``). One statement per distinct set of principals, however many clusters
+    and guards share it, and one per distinct set of ``"*"`` patterns: the policy's length is API Gateway's quota.
+    """
+    own: dict[tuple[str, ...], list[str]] = {}  # a configured cluster's principals -> its guarded method ARNs
+    everywhere: dict[tuple[str, ...], list[Guard]] = {}  # "*" patterns -> the guards whose other clusters they are
+    configured: dict[Guard, list[str]] = {}  # guard -> its configured clusters' method ARNs
+    for guard in GUARDS:
+        authority = authorities.get(guard.key, {})
+        of_all = tuple(sorted(authority.get(EVERY_CLUSTER, ())))
+        everywhere.setdefault(of_all, []).append(guard)
+        for cluster in sorted(c for c in authority if c != EVERY_CLUSTER):
+            arns = [cluster_arn(route, cluster) for route in guard.routes]
+            own.setdefault(tuple(sorted({*authority[cluster], *of_all})), []).extend(arns)
+            configured.setdefault(guard, []).extend(arns)
+    statements = [
+        _deny(f"ClusterRoutes{i}OnlyByTheirPrincipals", list(principals), resources=arns)
+        for i, (principals, arns) in enumerate(own.items(), 1)
+    ]
+    for i, (of_all, guards) in enumerate(everywhere.items(), 1):
+        # Every other cluster: NotResource is every method these guards do not cover, and their configured clusters'.
+        guarded = {route for guard in guards for route in guard.routes}
+        others = [method_arn(m, p) for m, p in ROUTES if (m, p) not in guarded]
+        mine = [arn for guard in guards for arn in configured.get(guard, [])]
+        statements.append(_deny(f"OtherClusters{i}OnlyByPrincipalsOfAll", list(of_all), not_resources=others + mine))
     return iam.PolicyDocument(statements=statements)
 
 
@@ -173,12 +236,20 @@ class OperatorApi(Construct):
         handler: lambda_.IFunction,
         log_retention: logs.RetentionDays,
         resetters: Mapping[str, Sequence[str]],
+        bridges: Mapping[str, Sequence[str]] | None = None,
+        check_requesters: Mapping[str, Sequence[str]] | None = None,
     ) -> None:
         super().__init__(scope, id)
-        policy = resetter_policy(resetters)
+        authorities = {
+            BREAKER_RESETTERS_KEY: resetters,
+            SLURM_BRIDGES_KEY: bridges or {},
+            CHECK_REQUESTERS_KEY: check_requesters or {},
+        }
+        policy = api_policy(authorities)
         if (length := policy_length(self, policy)) > POLICY_LENGTH_QUOTA:
+            keys = ", ".join(f'"{key}"' for key, authority in authorities.items() if authority) or "(none set)"
             raise ConfigError(
-                f'context key "{BREAKER_RESETTERS_KEY}": the API\'s resource policy would be {length} characters, '
+                f"context keys {keys}: the API's resource policy would be {length} characters, "
                 f"above API Gateway's quota of {POLICY_LENGTH_QUOTA}: name fewer clusters or patterns (wildcards, "
                 '"*"), or raise the quota and POLICY_LENGTH_QUOTA'
             )
@@ -205,10 +276,10 @@ class OperatorApi(Construct):
                 throttling_burst_limit=THROTTLE_BURST,
             ),
         )
-        # A changed resource policy only takes effect with a new deployment of the stage.
+        # A changed resource policy only takes effect with a new deployment of the stage: the policy is in its id.
         deployment = self.api.latest_deployment
         assert deployment is not None  # RestApi deploys a stage unless deploy=False
-        deployment.add_to_logical_id({"resetters": {k: sorted(v) for k, v in resetters.items()}})
+        deployment.add_to_logical_id({"policy": Stack.of(self).resolve(policy.to_json())})
         # RestApi adds an `Endpoint` output of its own; the stack exports the URL as `ApiEndpoint`.
         self.api.node.try_remove_child("Endpoint")
 
@@ -259,8 +330,10 @@ class OperatorApi(Construct):
                 policy,
                 method,
                 "The * is the path parameter {cluster}: the bridge of every cluster this controller watches calls "
-                "the same two methods with the instance role of its Slurm controller's group, and the API answers "
-                "404 for a cluster it does not watch; nothing else of the API is allowed.",
+                "the same two methods with the instance role of its Slurm controller's group. Which cluster a role "
+                "may call them for is the API's resource policy's decision (hyperpod-dhc:slurm-bridges: every other "
+                "principal is denied each cluster's bridge routes), and the API answers 404 for a cluster it does "
+                "not watch; nothing else of the API is allowed.",
             )
         return policy
 

@@ -11,9 +11,11 @@ from infra.audit_queries import AuditQueries
 from infra.controller_config import (
     config_parameter,
     read_breaker_resetters,
+    read_check_requesters,
     read_controller_config,
     read_deletion_protection,
     read_notification_email,
+    read_slurm_bridges,
     retention,
 )
 from infra.controller_functions import ROUND_STARTERS, ControllerFunctions
@@ -33,6 +35,8 @@ class HyperPodDhcStack(Stack):
         log_retention = retention(self.config)
         notification_email = read_notification_email(self)  # raises ConfigError naming the key
         resetters = read_breaker_resetters(self, self.config)  # raises ConfigError naming the key
+        bridges = read_slurm_bridges(self, self.config)  # raises ConfigError naming the key
+        check_requesters = read_check_requesters(self, self.config)  # raises ConfigError naming the key
 
         self.table = NodesTable(self, "Nodes", deletion_protection=read_deletion_protection(self))
         self.config_parameter = config_parameter(self, "ControllerConfig", self.config)
@@ -62,7 +66,13 @@ class HyperPodDhcStack(Stack):
             reconcile=self.functions["Reconcile"],
         )
         self.operator_api = OperatorApi(
-            self, "OperatorApi", handler=self.functions["Api"], log_retention=log_retention, resetters=resetters
+            self,
+            "OperatorApi",
+            handler=self.functions["Api"],
+            log_retention=log_retention,
+            resetters=resetters,
+            bridges=bridges,
+            check_requesters=check_requesters,
         )
         self.dashboard = OperationsDashboard(
             self,
@@ -80,6 +90,7 @@ class HyperPodDhcStack(Stack):
             functions=self.functions.functions,
             topic=self.notifications.topic,
             api=self.operator_api.api,
+            slurm_bridges=bridges,
         )
         self.audit_queries = AuditQueries(
             self, "AuditQueries", log_groups=[function.log_group for function in self.functions]
@@ -95,5 +106,6 @@ class HyperPodDhcStack(Stack):
             self,
             "SlurmBridgePolicyArn",
             value=self.operator_api.bridge_policy.managed_policy_arn,
-            description="Attach to the execution role of each cluster's Slurm controller group (the Slurm bridge)",
+            description="Attach to the execution role of each cluster's Slurm controller group (the Slurm bridge), "
+            "and name that role for its cluster in hyperpod-dhc:slurm-bridges",
         )

@@ -364,7 +364,8 @@ class Harness:
         """Call the operator API as API Gateway would (REST proxy event, IAM-authenticated principal).
 
         First what API Gateway answers itself, from the template: no such method, an explicit deny of the
-        resource policy for `principal` (who may reset which cluster's breaker), no invoke permission.
+        resource policy for `principal` (who may reset, queue checks of or run the Slurm bridge of which cluster),
+        no invoke permission.
         """
         from tests.harness.api_gateway import proxy_event, refusal
 

@@ -15,12 +15,17 @@ from typing import Any
 # jsii prints a large end-of-life banner under node 20 unless told which version to stay quiet about.
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
-# Who may reset breakers in the twin (cdk.json ships none, so nobody could): the twin's own operators, for
-# every cluster: `Harness.api`'s default principal and the one `hpdhc simulate --serve` signs as. A test of
-# the policy itself passes its own `hyperpod-dhc:breaker-resetters` to `synthesized_template`.
+# Who may reset breakers and queue checks in the twin (cdk.json ships none, so nobody could): the twin's own
+# operators, for every cluster: `Harness.api`'s default principal and the one `hpdhc simulate --serve` signs as.
+# Its Slurm bridges sign as one execution role (tests/twin/slurm.py), for every cluster. A test of the policy
+# itself passes its own `hyperpod-dhc:breaker-resetters` (slurm-bridges, check-requesters) to
+# `synthesized_template`.
 TWIN_OPERATOR = "arn:aws:iam::123456789012:user/operator"
 LOCAL_OPERATOR = "arn:aws:iam::123456789012:user/local-operator"
 TWIN_RESETTERS = {"*": [TWIN_OPERATOR, LOCAL_OPERATOR]}
+TWIN_CHECK_REQUESTERS = TWIN_RESETTERS
+TWIN_BRIDGE_ROLE = "arn:aws:iam::123456789012:role/hyperpod-cluster-execution-role"
+TWIN_SLURM_BRIDGES = {"*": [TWIN_BRIDGE_ROLE]}
 
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -61,10 +66,15 @@ def _synth(context_json: str) -> dict[str, Any]:
     from aws_cdk.assertions import Template
 
     from infra.app import build
-    from infra.controller_config import BREAKER_RESETTERS_KEY, CONTEXT_KEY
+    from infra.controller_config import BREAKER_RESETTERS_KEY, CHECK_REQUESTERS_KEY, CONTEXT_KEY, SLURM_BRIDGES_KEY
 
     cdk_json = cdk_context()
-    twin = {"aws:cdk:bundling-stacks": [], BREAKER_RESETTERS_KEY: TWIN_RESETTERS}
+    twin = {
+        "aws:cdk:bundling-stacks": [],
+        BREAKER_RESETTERS_KEY: TWIN_RESETTERS,
+        SLURM_BRIDGES_KEY: TWIN_SLURM_BRIDGES,
+        CHECK_REQUESTERS_KEY: TWIN_CHECK_REQUESTERS,
+    }
     context = {**cdk_json, **twin, **json.loads(context_json)}
     context.setdefault(CONTEXT_KEY, {})
     app = cdk.App(context=context)
@@ -73,5 +83,6 @@ def _synth(context_json: str) -> dict[str, Any]:
 
 def synthesized_template(context: dict[str, Any] | None = None) -> dict[str, Any]:
     """The CloudFormation template as `cdk synth` writes it from cdk.json (layer bundling skipped, the twin's
-    operators as breaker resetters), with `context` on top."""
+    operators as breaker resetters and check requesters, its bridge role as every cluster's), with `context` on
+    top."""
     return _synth(json.dumps(context or {}, sort_keys=True))

@@ -1,8 +1,9 @@
 """Who may reset what: `hyperpod-dhc:breaker-resetters` and the operator API's resource policy.
 
 The policy is pinned statement by statement, and evaluated (tests/harness/api_gateway.py, the evaluator the
-twin answers with) for principals and routes: shipped empty, nobody may reset any cluster and every other
-route is untouched; configured, a cluster's resetters are its own patterns plus those of "*".
+twin answers with) for principals and routes: shipped empty, nobody may reset any cluster and no route that
+no key guards is touched; configured, a cluster's resetters are its own patterns plus those of "*". The other
+keys of the same policy (slurm-bridges, check-requesters): tests/infra/test_cluster_authority.py.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 
 from deephealth.domain.policy import ConfigError
 from infra.controller_config import BREAKER_RESETTERS_KEY
-from infra.operator_api import POLICY_LENGTH_QUOTA, RESET_ROUTE, ROUTES, expand_longest
+from infra.operator_api import GUARDS, POLICY_LENGTH_QUOTA, RESET_ROUTE, ROUTES, expand_longest
 from infra.stack import HyperPodDhcStack
 from tests.harness import api_gateway as gw
 from tests.harness import synth
@@ -29,8 +30,17 @@ ADMIN = f"arn:aws:iam::{ACCOUNT}:user/hpc-admin"
 RESETTERS = {"prod": [ON_CALL], "train-a": [TRAIN, ON_CALL], "*": [ADMIN]}
 ARN_PREFIX = "arn:<AWS::Partition>:execute-api:<AWS::Region>:<AWS::AccountId>:*/*/"
 # Cluster names that are words of the routes: a NotResource pattern must not match their reset.
-ROUTE_WORDS = ("GET", "POST", "clusters", "groups", "nodes", "checks", "breakers", "reset")
-OTHER_ROUTES = [ARN_PREFIX + m + re.sub(r"\{\w+\}", "*", p) for m, p in ROUTES if (m, p) != RESET_ROUTE]
+ROUTE_WORDS = ("GET", "POST", "clusters", "groups", "nodes", "checks", "breakers", "reset", "slurm", "occupancy")
+GUARDED = {route for guard in GUARDS for route in guard.routes}
+
+
+def route_arn(method: str, path: str) -> str:
+    return ARN_PREFIX + method + re.sub(r"\{\w+\}", "*", path)
+
+
+OTHER_ROUTES = [route_arn(m, p) for m, p in ROUTES if (m, p) != RESET_ROUTE]
+# What no key guards: the read routes but the bridge's (every other cluster's statement leaves them alone).
+UNGUARDED_ROUTES = [route_arn(m, p) for m, p in ROUTES if (m, p) not in GUARDED]
 
 
 def reset(cluster: str) -> str:
@@ -68,20 +78,20 @@ def test_cdk_json_ships_an_empty_map_documented_in_its_comment() -> None:
     assert BREAKER_RESETTERS_KEY in context["//"]
 
 
-def test_shipped_empty_the_policy_denies_the_reset_route_to_everyone_and_nothing_else(template_json) -> None:
-    (statement,) = policy(template_json)
+def test_shipped_empty_the_policy_denies_the_reset_route_to_everyone_and_no_unguarded_route(template_json) -> None:
+    (statement,) = policy(template_json)  # every key empty: one statement for every cluster of every key
     assert rendered(statement) == {
-        "Sid": "ResetOtherClustersOnlyByResettersOfAll",
+        "Sid": "OtherClusters1OnlyByPrincipalsOfAll",
         "Effect": "Deny",
         "Principal": {"AWS": "*"},
         "Action": "execute-api:Invoke",
-        "NotResource": OTHER_ROUTES,
+        "NotResource": UNGUARDED_ROUTES,
     }
     for caller in (f"arn:aws:iam::{ACCOUNT}:user/operator", f"arn:aws:sts::{ACCOUNT}:assumed-role/Admin/x"):
         for cluster in ("prod", "train-a", *ROUTE_WORDS):  # no other route's ARN pattern covers a reset
             assert gw.refusal(template_json, "POST", reset(cluster), caller)[0] == 403
         for method, path in ROUTES:
-            if (method, path) != RESET_ROUTE:  # no deny, and API Gateway may invoke the function
+            if (method, path) not in GUARDED:  # no deny, and API Gateway may invoke the function
                 assert gw.refusal(template_json, method, path.replace("{", "").replace("}", ""), caller) is None
 
 
@@ -91,21 +101,26 @@ def test_configured_one_deny_per_cluster_for_all_but_its_resetters(configured) -
     assert statements == [
         {
             **deny,
-            "Sid": "ResetCluster1OnlyByItsResetters",
+            "Sid": "ClusterRoutes1OnlyByTheirPrincipals",
             "Resource": [ARN_PREFIX + "POST" + reset("prod")],
             "Condition": {"ArnNotLike": {"aws:PrincipalArn": sorted([ON_CALL, ADMIN])}},
         },
         {
             **deny,
-            "Sid": "ResetCluster2OnlyByItsResetters",
+            "Sid": "ClusterRoutes2OnlyByTheirPrincipals",
             "Resource": [ARN_PREFIX + "POST" + reset("train-a")],
             "Condition": {"ArnNotLike": {"aws:PrincipalArn": sorted([TRAIN, ON_CALL, ADMIN])}},
         },
         {
             **deny,
-            "Sid": "ResetOtherClustersOnlyByResettersOfAll",
+            "Sid": "OtherClusters1OnlyByPrincipalsOfAll",
             "NotResource": OTHER_ROUTES + [ARN_PREFIX + "POST" + reset(c) for c in ("prod", "train-a")],
             "Condition": {"ArnNotLike": {"aws:PrincipalArn": [ADMIN]}},
+        },
+        {  # the other keys, unset: their routes of every cluster, to everyone (test_cluster_authority.py)
+            **deny,
+            "Sid": "OtherClusters2OnlyByPrincipalsOfAll",
+            "NotResource": [route_arn(m, p) for m, p in ROUTES if (m, p) not in GUARDED - {RESET_ROUTE}],
         },
     ]
 
@@ -159,9 +174,10 @@ def test_the_map_may_come_as_a_json_string_from_the_command_line() -> None:
     stack = HyperPodDhcStack(synth.app({BREAKER_RESETTERS_KEY: json.dumps({"prod": [ON_CALL]})}), synth.STACK_ID)
     statements = stack.resolve(stack.operator_api.api.node.default_child.policy)["Statement"]
     assert [s["Sid"] for s in statements] == [
-        "ResetCluster1OnlyByItsResetters",
-        "ResetOtherClustersOnlyByResettersOfAll",
+        "ClusterRoutes1OnlyByTheirPrincipals",
+        "OtherClusters1OnlyByPrincipalsOfAll",
     ]
+    assert "breakers/reset" in json.dumps(statements[0]["Resource"])
 
 
 @pytest.mark.parametrize(
@@ -202,4 +218,4 @@ def test_the_policy_length_counts_full_arns_as_api_gateway_stores_them(template_
         _, api = one(template, "AWS::ApiGateway::RestApi")
         stored = json.dumps(gw.resolve(api["Policy"], dict(gw.PSEUDO_PARAMETERS)), separators=(",", ":"))
         assert len(stored) <= policy_length_of(template) <= POLICY_LENGTH_QUOTA
-        assert "arn:aws:execute-api:us-east-1:123456789012:*/*/POST/clusters/" in stored
+        assert "arn:aws:execute-api:us-east-1:123456789012:*/*/GET/clusters/" in stored

@@ -3,8 +3,9 @@ the instance role of a cluster's Slurm controller group.
 
 Pinned as synthesized, and evaluated with the harness's evaluators: the identity policy (tests/harness/iam.py,
 what the twin's Lambdas are authorized with) allows exactly the bridge's two methods of this API's stage, and
-the API's resource policy (tests/harness/api_gateway.py) lets the instance role through on them, so a role
-holding only this policy is refused every other route (IAM auth: no allow, no invoke).
+the API's resource policy (tests/harness/api_gateway.py) lets the instance role through on them for the cluster
+`hyperpod-dhc:slurm-bridges` names it for, so a role holding only this policy is refused every other route (IAM
+auth: no allow, no invoke) and every other cluster (tests/infra/test_cluster_authority.py).
 """
 
 from __future__ import annotations
@@ -12,13 +13,22 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
+
+from infra.controller_config import SLURM_BRIDGES_KEY
 from infra.operator_api import BRIDGE_ROUTES, RESET_ROUTE, ROUTES
 from tests.harness import api_gateway as gw
 from tests.harness.iam import Policy
-from tests.infra.test_operations import one
+from tests.infra.test_operations import one, synth_with
 from tests.infra.test_stack import as_list, render, resources
 
 INSTANCE_ROLE = f"arn:aws:sts::{gw.ACCOUNT}:assumed-role/SlurmControllerGroupRole/i-0123456789abcdef0"
+
+
+@pytest.fixture(scope="module")
+def bridged() -> dict[str, Any]:
+    """The stack with the instance role named as cluster prod's bridge."""
+    return synth_with({SLURM_BRIDGES_KEY: {"prod": [f"arn:aws:iam::{gw.ACCOUNT}:role/SlurmControllerGroupRole"]}})
 
 
 def bridge_policy(template_json: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -63,14 +73,17 @@ def test_the_bridges_routes_are_the_handlers() -> None:
     assert set(BRIDGE_ROUTES) <= set(ROUTES) and RESET_ROUTE not in BRIDGE_ROUTES
 
 
-def test_a_role_with_the_policy_reaches_the_bridges_routes_and_no_other(template_json) -> None:
-    policy = evaluated(template_json)
+def test_a_role_with_the_policy_reaches_the_bridges_routes_and_no_other(template_json, bridged) -> None:
+    policy = evaluated(bridged)
     for method, path in ROUTES:
         arn = gw.method_arn(method, concrete(path))
         allowed = policy.decide("execute-api:Invoke", arn) == "allow"
-        refused = gw.refusal(template_json, method, concrete(path), INSTANCE_ROLE)
+        refused = gw.refusal(bridged, method, concrete(path), INSTANCE_ROLE)
         reaches = allowed and refused is None
         assert reaches is ((method, path) in BRIDGE_ROUTES), (method, path, allowed, refused)
+        if (method, path) in BRIDGE_ROUTES:  # not named for it, or shipped empty: denied whatever the policy allows
+            assert gw.refusal(bridged, method, path.replace("{cluster}", "dev"), INSTANCE_ROLE)[0] == 403
+            assert gw.refusal(template_json, method, concrete(path), INSTANCE_ROLE)[0] == 403
     for method, path in BRIDGE_ROUTES:  # another stage or API of the account, another method: nothing
         arn = gw.method_arn(method, concrete(path))
         for other in (arn.replace(f"/{gw.STAGE}/", "/test-invoke-stage/"), arn.replace(f":{gw.API_ID}/", ":other/")):
@@ -80,6 +93,6 @@ def test_a_role_with_the_policy_reaches_the_bridges_routes_and_no_other(template
         assert policy.decide("execute-api:ManageConnections", arn) == "implicit-deny"
 
 
-def test_the_reset_route_stays_denied_to_the_bridges_role(template_json) -> None:
+def test_the_reset_route_stays_denied_to_the_bridges_role(bridged) -> None:
     method, path = RESET_ROUTE
-    assert gw.refusal(template_json, method, concrete(path), INSTANCE_ROLE)[0] == 403
+    assert gw.refusal(bridged, method, concrete(path), INSTANCE_ROLE)[0] == 403

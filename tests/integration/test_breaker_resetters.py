@@ -76,7 +76,12 @@ def test_reads_and_checks_are_not_governed_by_the_resetter_map(gated):
         status, body = gated.api("GET", "/clusters/demo/breakers", principal=caller)
         assert status == 200 and body["cluster"] == "demo", body
         assert gated.api("GET", "/clusters", principal=caller)[0] == 200
-        assert gated.api("POST", "/clusters/demo/checks", {}, principal=caller)[0] == 422  # the handler validates
+    # Checks are the twin's check requesters' (its operators, tests/harness/synth.py), whoever resets.
+    assert gated.api("POST", "/clusters/demo/checks", {}, principal=TWIN_OPERATOR)[0] == 422  # the handler validates
+    for caller in (ON_CALL, ADMIN):
+        assert gated.api("POST", "/clusters/demo/checks", {}, principal=caller) == _denied(
+            caller, "/clusters/demo/checks"
+        )
 
 
 @pytest.mark.parametrize(

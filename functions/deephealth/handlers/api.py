@@ -17,7 +17,7 @@ from deephealth.domain.nodes import NodeState
 from deephealth.domain.on_demand import NODE_REF_PATTERN, CheckRequest
 from deephealth.domain.policy import GROUP_NAME_PATTERN
 from deephealth.domain.slurm import MAX_REPORTED_NODES, OccupancyReport
-from deephealth.observability import MetricUnit, logger, metrics
+from deephealth.observability import MetricUnit, bridge_reported, logger, metrics
 from deephealth.usecases import operator_actions, operator_views, slurm_bridge
 from deephealth.wiring import build_context
 
@@ -99,7 +99,9 @@ def slurm_state(
 
 @app.post("/clusters/<cluster>/slurm/occupancy", summary="Slurm bridge: which nodes run jobs now")
 def report_occupancy(cluster: Cluster, report: OccupancyReport) -> dict[str, Any]:
-    return slurm_bridge.report_occupancy(CONTEXT, cluster, report.nodes, CONTEXT.clock())
+    answer = slurm_bridge.report_occupancy(CONTEXT, cluster, report.nodes, CONTEXT.clock())
+    bridge_reported(cluster)  # after it was accepted: the bridge-silence alarm counts these
+    return answer
 
 
 _Handler = TypeVar("_Handler", bound=Callable[..., Response[dict[str, Any]]])
