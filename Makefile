@@ -10,7 +10,7 @@ DEV_PTH := hyperpod-dhc-dev.pth
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_DEFAULT_REGION ?= us-east-1
 
-.PHONY: install slurm test lint unit integration infra simulation synth demo bench coldstart faults fidelity openapi clean
+.PHONY: install oldest-python slurm test lint unit integration infra simulation bridge synth demo bench bench-slurm coldstart faults fidelity openapi clean
 
 # The dev venv: the pinned stack (`dev` group), the operator CLI `hpdhc` as an operator gets it (editable: its
 # one dependency, boto3, is already in the group), and a .pth putting the repository root and functions/ on the
@@ -28,9 +28,38 @@ $(VENV)/.installed: pyproject.toml Makefile
 $(CDK):
 	npm install --silent --no-audit --no-fund --prefix $(VENV)/cdk-cli aws-cdk@$(CDK_CLI_VERSION)
 
-install: $(VENV)/.installed $(CDK) slurm
+install: $(VENV)/.installed $(CDK) slurm oldest-python
 
-# A real Slurm for tests/integration/test_slurm_bridge.py: Debian's packages, installed only by root with apt-get.
+# The oldest Python the wheel supports (requires-python): 3.10, HyperPod's Ubuntu 22.04 python3, on which the Slurm
+# bridge runs. A venv of pyenv's 3.10 (or a python3.10 on PATH) with the wheel installed (not editable: it must install
+# there) and the bridge-tests group (pytest, hypothesis, pytest-xdist); `make test` runs tests/bridge in it
+# (tests/integration/test_oldest_python.py) and the main venv's pytest leaves tests/bridge to it (tests/conftest.py):
+# their real-Slurm tests never run twice at once. No 3.10: a message, and tests/bridge runs in $(VENV) instead, unless
+# HPDHC_REQUIRE_SLURM=1 (.ci/run), where it fails.
+OLDEST_VENV := .venv-py310
+OLDEST_PY := $(OLDEST_VENV)/bin/python
+oldest-python:
+	@$(MAKE) --no-print-directory $(OLDEST_VENV)/.installed
+
+$(OLDEST_VENV)/.installed: pyproject.toml Makefile
+	@is310() { [ -n "$$1" ] && "$$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 10))' 2>/dev/null; }; \
+	py=$$(pyenv which python3.10 2>/dev/null) || py=; \
+	is310 "$$py" || py=$$(ls -d "$$(pyenv root 2>/dev/null || echo "$${PYENV_ROOT:-$$HOME/.pyenv}")"/versions/3.10.*/bin/python3.10 2>/dev/null | sort -V | tail -n 1); \
+	is310 "$$py" || py=$$(command -v python3.10) || py=; \
+	if ! is310 "$$py"; then \
+	  if [ "$${HPDHC_REQUIRE_SLURM:-}" = 1 ]; then \
+	    echo "make oldest-python: no Python 3.10 (pyenv's or python3.10 on PATH), and HPDHC_REQUIRE_SLURM=1 needs it" >&2; exit 1; \
+	  fi; \
+	  echo "make oldest-python: no Python 3.10 (pyenv's or python3.10 on PATH): tests/bridge runs in $(VENV) only"; exit 0; \
+	fi; \
+	set -ex; rm -rf $(OLDEST_VENV); "$$py" -m venv $(OLDEST_VENV); \
+	$(OLDEST_PY) -m pip install -q --disable-pip-version-check -U 'pip>=25.1'; \
+	$(OLDEST_PY) -m pip install -q --disable-pip-version-check --group bridge-tests; \
+	$(OLDEST_PY) -m pip install -q --disable-pip-version-check .; \
+	rm -rf build functions/*.egg-info; \
+	touch $@
+
+# A real Slurm for tests/bridge/test_real_slurm.py: Debian's packages, installed only by root with apt-get.
 # Anyone else (or no package) gets a message and the Slurm tests skip, unless HPDHC_REQUIRE_SLURM=1 (.ci/run).
 SLURM_PACKAGES := slurmctld slurmd slurm-client munge
 SLURM_BINARIES := scontrol sbatch slurmctld slurmd munged
@@ -50,6 +79,7 @@ lint: install
 	$(VENV)/bin/ruff check infra functions tests
 	$(VENV)/bin/ruff format --check infra functions tests
 	$(VENV)/bin/mypy functions infra tests/harness tests/twin  # strict on functions/ (pyproject.toml)
+	$(VENV)/bin/mypy --python-version 3.10 -p hpdhc  # the wheel against its oldest Python's stubs (requires-python)
 
 test: install lint
 	$(PY) -m pytest -n 2 --dist loadgroup
@@ -66,6 +96,10 @@ infra: install
 simulation: install
 	$(PY) -m pytest tests/simulation
 
+# The Slurm bridge's tests, on the oldest Python when .venv-py310 is there.
+bridge: install
+	@py=$(PY); [ ! -f $(OLDEST_VENV)/.installed ] || py=$(OLDEST_PY); set -x; $$py -m pytest tests/bridge -p no:cacheprovider
+
 # The digital twin: the real handlers and the synthesized workflow against a simulated cluster.
 demo: install
 	$(VENV)/bin/hpdhc simulate --scenario tests/scenarios/demo.json
@@ -75,6 +109,10 @@ demo: install
 # "--wall-budget 2400" (stop a run of ours after 40 min of wall time) or "--scenario bench-128 --seeds 20 --jobs 2".
 bench: install
 	$(PY) -m tests.bench.run $(ARGS)
+
+# The Slurm bridge against a real slurmctld of 10,000 nodes: labelling, idle and slurmctld-gone passes (root).
+bench-slurm: install
+	$(PY) -m tests.bench.slurm_scale $(ARGS)
 
 # Cold-start import time of every handler module (median of 7 fresh interpreters) and the asset/layer sizes;
 # ARGS="--json", "--no-pyc" (compile from source), "--baseline DIR" or "--runtime" (Python 3.13, the layer as
@@ -102,4 +140,4 @@ synth: install
 	@ls cdk.out/*.template.json
 
 clean:
-	rm -rf $(VENV) cdk.out .pytest_cache .ruff_cache *.egg-info functions/*.egg-info build
+	rm -rf $(VENV) $(OLDEST_VENV) cdk.out .pytest_cache .ruff_cache *.egg-info functions/*.egg-info build

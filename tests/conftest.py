@@ -1,12 +1,23 @@
-"""Shared test setup: fake AWS credentials and region, Powertools test settings, event fixtures."""
+"""Shared test setup: fake AWS credentials and region, Powertools test settings, event fixtures.
+
+Plain on purpose (the standard library and pytest): the oldest-Python venv runs tests/bridge under it too.
+"""
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
 
 EVENTS = Path(__file__).parent / "events"
+
+# With the oldest-Python venv built (`make install`), tests/bridge is its to run (tests/integration/
+# test_oldest_python.py runs it there): any other interpreter leaves it alone, so that two runs of its real-Slurm
+# tests never overlap. A path named on the command line inside tests/bridge is still collected.
+OLDEST_PYTHON_VENV = Path(__file__).resolve().parent.parent / ".venv-py310"
+if (OLDEST_PYTHON_VENV / ".installed").exists() and Path(sys.prefix).resolve() != OLDEST_PYTHON_VENV.resolve():
+    collect_ignore = ["bridge"]
 
 os.environ.update(
     AWS_ACCESS_KEY_ID="testing",

@@ -10,7 +10,7 @@ import argparse
 import json
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any, TextIO
 
 from hpdhc.client import Json, OperatorClient
@@ -28,7 +28,9 @@ def status(client: OperatorClient, args: argparse.Namespace, out: TextIO) -> int
             data = client.list_clusters()
         if args.watch and not args.json:
             out.write("\x1b[2J\x1b[H")  # clear the screen: a progress view, redrawn in place
-            print(f"hyperpod-dhc status at {datetime.now(UTC):%H:%M:%S} UTC (every {args.watch:g} s)", file=out)
+            print(
+                f"hyperpod-dhc status at {datetime.now(timezone.utc):%H:%M:%S} UTC (every {args.watch:g} s)", file=out
+            )
         _print(args, out, data, _groups_table if args.cluster else _clusters_table)
         if not args.watch:
             return 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import TextIO
 
 
@@ -25,4 +25,4 @@ def hm(seconds: float | None) -> str:
 
 def when(epoch: float | None) -> str:
     """A UTC timestamp to the minute: `2026-12-03 14:05`; `-` for none."""
-    return "-" if epoch is None else datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M")
+    return "-" if epoch is None else datetime.fromtimestamp(epoch, timezone.utc).strftime("%Y-%m-%d %H:%M")
