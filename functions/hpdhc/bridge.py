@@ -1,225 +1,65 @@
 """`hpdhc bridge`: the Slurm bridge, an agent on the cluster's Slurm controller node that makes Slurm do what the
-controller decided.
+controller decided: every `--interval` seconds one pass (`hpdhc.sync.sync_once`: desired state from
+`GET /clusters/{cluster}/slurm`, Slurm's from `scontrol -o show node`, one `scontrol update NodeName=<nodes> ...`
+per distinct change, occupancy and claims to `POST /clusters/{cluster}/slurm/occupancy`). It only ever drains,
+resumes and sets node features: never `State=DOWN` or `FAIL`, never `scancel`, so a running job is never killed.
 
-Every `--interval` seconds it reads each node's desired Slurm state from the controller's API
-(`GET /clusters/{cluster}/slurm`), reads Slurm's (`scontrol -o show node`), applies the difference with
-`scontrol update NodeName=<node> ...`, and reports which of the listed nodes run a job
-(`POST /clusters/{cluster}/slurm/occupancy`). It only ever drains, resumes and sets node features: never
-`State=DOWN` or `FAIL`, never `scancel`, so a running job is never killed (a drained node finishes its jobs).
-Only drains whose reason we own (`hpdhc: ...`) are resumed or re-worded; anyone else's drain stays as it is.
-
-A Slurm node the controller does not list yet (slurmd registered, the node not recorded) is drained with
-`hpdhc: awaiting deep health check` when its partition belongs to an instance group the controller isolates
-(partition -> group from HyperPod's provisioning_parameters.json): a brand-new node takes no job before its check.
-
-When the controller is unreachable or answers an error, nothing in Slurm changes; the next interval tries again.
-Standard library and boto3/botocore only (through `hpdhc.client`). `sync_once` takes any `Controller` and `Slurm`,
-so the digital twin runs the same logic without subprocesses.
+The agent around the pass: the partition -> instance group map (HyperPod's provisioning_parameters.json), one
+bridge per cluster on a machine (a lock in `--state-dir`, where the last applied document is kept too), exit codes
+that tell auth, API, Slurm and configuration apart, journald priorities, `--dry-run`. A brand-new node is drained
+before its slurmd starts by `hpdhc gate node-boot` (hpdhc.gate). Standard library and boto3/botocore only (through
+`hpdhc.client`); Python 3.10 (Ubuntu 22.04's python3) and newer.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import math
+import os
+import signal
 import sys
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Protocol
+from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from hpdhc.client import ApiError, Json, OperatorClient, add_api_options
-from hpdhc.scontrol import OWNED_PREFIX, Actual, Scontrol, Slurm, SlurmError, SlurmNode
-
-# The controller's vocabulary (deephealth.domain.slurm holds the same; tests/unit/test_slurm_bridge.py checks).
-AWAITING = OWNED_PREFIX + "awaiting deep health check"
-FEATURE_KEY = "HealthCheck"
+from hpdhc.client import ApiError, OperatorClient, add_api_options
+from hpdhc.scontrol import Scontrol, Slurm
+from hpdhc.sync import (
+    EXIT_API,
+    EXIT_AUTH,
+    EXIT_CONFIG,
+    EXIT_LOCKED,
+    EXIT_OK,
+    EXIT_PARTIAL,
+    EXIT_SLURM,
+    ApiController,
+    Controller,
+    Memory,
+    quoted,
+    sync_once,
+)
 
 PROVISIONING_PARAMETERS = "/opt/ml/config/provisioning_parameters.json"
+STATE_DIR = "/var/lib/hpdhc-bridge"
 DEFAULT_INTERVAL_S = 60.0
 INTERVAL_BOUNDS_S = (10.0, 600.0)  # a controller-suggested interval is kept within these
+AUTH_FAILURES_TO_EXIT = 3  # a daemon whose every call is refused this many passes running exits (systemd shows it)
+__all__ = ["EXIT_API", "EXIT_AUTH", "EXIT_CONFIG", "EXIT_LOCKED", "EXIT_OK", "EXIT_PARTIAL", "EXIT_SLURM"]
 
 log = logging.getLogger("hpdhc.bridge")
 
 
-# ---------------------------------------------------------------------- desired vs actual (pure)
-
-
-@dataclass(frozen=True)
-class Desired:
-    """A node's desired Slurm state: drained with `reason` (owned), or not drained by us (`reason` None)."""
-
-    reason: str | None
-    feature: str  # HealthCheck:InProgress|Passed|Failed|Skipped
-
-
-def changes(desired: Desired, actual: Actual) -> list[str]:
-    """`scontrol update` arguments (after `NodeName=<node>`) that take `actual` to `desired`; [] when it is there.
-
-    Only our own drains are resumed or re-worded; a drain someone else set is never touched (their reason stays),
-    and features other than `HealthCheck:*` are kept."""
-    out: list[str] = []
-    if desired.reason is not None:
-        if not actual.drained or (actual.owned and actual.reason != desired.reason):
-            out += ["State=DRAIN", f"Reason={desired.reason}"]
-    elif actual.drained and actual.owned:
-        out.append("State=RESUME")
-    available = actual.features if actual.available is None else actual.available
-    active = _relabelled(actual.features, desired.feature)
-    listed = _relabelled(available, desired.feature)
-    # Both in one update: Slurm refuses ActiveFeatures that are not a subset of AvailableFeatures at any moment.
-    if set(active) != set(actual.features) or set(listed) != set(available):
-        out += [f"AvailableFeatures={','.join(listed)}", f"ActiveFeatures={','.join(active)}"]
-    return out
-
-
-def _relabelled(features: tuple[str, ...], feature: str) -> tuple[str, ...]:
-    return (*(f for f in features if not f.startswith(FEATURE_KEY + ":")), feature)
-
-
-def unknown_node_drain(node: SlurmNode, isolating_partitions: set[str]) -> list[str]:
-    """The drain for a node the controller does not list: [] unless a partition of it isolates and it is not
-    drained by anyone already."""
-    if node.drained or not isolating_partitions.intersection(node.partitions):
-        return []
-    return ["State=DRAIN", f"Reason={AWAITING}"]
-
-
-# ---------------------------------------------------------------------- the controller
-
-
-class Controller(Protocol):
-    """What the bridge needs of the controller: the desired state document (every page), and who hears occupancy."""
-
-    def desired(self, cluster: str) -> Json: ...
-
-    def report(self, cluster: str, nodes: list[Json]) -> Json: ...
-
-
-class ApiController(Controller):
-    """The controller's REST API, SigV4-signed with the instance role's credentials."""
-
-    def __init__(self, client: OperatorClient) -> None:
-        self.client = client
-
-    def desired(self, cluster: str) -> Json:
-        return self.client.slurm_state(cluster)
-
-    def report(self, cluster: str, nodes: list[Json]) -> Json:
-        return self.client.report_occupancy(cluster, nodes)
-
-
-# ---------------------------------------------------------------------- one pass
-
-
-@dataclass
-class SyncResult:
-    """What one pass did: the updates applied (node -> arguments), the occupancy reported, what went wrong."""
-
-    applied: dict[str, list[str]] = field(default_factory=dict)
-    reported: list[Json] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
-    interval_s: float | None = None  # the controller's suggested sync_interval_s
-
-
-class _Malformed(ValueError):
-    pass
-
-
-def sync_once(
-    cluster: str, controller: Controller, slurm: Slurm, partitions_to_groups: Mapping[str, str]
-) -> SyncResult:
-    """Read the desired state, apply the difference, report occupancy. Slurm is only touched once the controller
-    answered a whole, well-formed document and Slurm's own state was read."""
-    result = SyncResult()
-    try:
-        document = controller.desired(cluster)
-        wanted, isolating, result.interval_s = _read_document(cluster, document, result.errors)
-    except Exception as err:  # whatever failed (network, HTTP, JSON, shape): change nothing, try next interval
-        return _failed(result, f"controller: {err}")
-    for error in result.errors:  # node entries skipped
-        log.warning("%s", error)
-    try:
-        actual = slurm.nodes()
-    except SlurmError as err:
-        return _failed(result, str(err))
-
-    isolating_partitions = {p for p, group in partitions_to_groups.items() if group in isolating}
-    # A listed node whose entry is off the contract (None) is left as it is: listed, so not unknown either.
-    plan = {name: changes(d, actual[name]) for name, d in sorted(wanted.items()) if d and name in actual}
-    plan |= {
-        name: unknown_node_drain(node, isolating_partitions)
-        for name, node in sorted(actual.items())
-        if name not in wanted
-    }
-    for name, args in plan.items():
-        if not args:
-            continue
-        try:
-            slurm.update(name, args)
-        except SlurmError as err:  # one node's refusal does not hold back the others
-            result.errors.append(str(err))
-            log.warning("%s", err)
-            continue
-        result.applied[name] = args
-        log.info("scontrol update NodeName=%s %s", name, " ".join(args))
-
-    occupancy = [{"node": name, "busy": actual[name].busy} for name in sorted(wanted) if name in actual]
-    try:
-        controller.report(cluster, occupancy)
-        result.reported = occupancy
-    except Exception as err:  # Slurm is already right; the controller hears about occupancy next time
-        result.errors.append(f"occupancy report: {err}")
-        log.warning("occupancy report: %s", err)
-    return result
-
-
-def _read_document(
-    cluster: str, document: Json, errors: list[str]
-) -> tuple[dict[str, Desired | None], set[str], float | None]:
-    """The desired state per node, the isolating groups and the suggested interval. A node entry off the contract
-    is an error and its node, when named, maps to None (left as it is); a document off it raises `_Malformed`."""
-    if (
-        not isinstance(document, dict)
-        or document.get("cluster") != cluster
-        or not isinstance(document.get("nodes"), list)
-    ):
-        raise _Malformed(f"not the desired Slurm state of cluster {cluster}")
-    wanted: dict[str, Desired | None] = {}
-    for entry in document["nodes"]:
-        desired = _desired(entry)
-        if isinstance(desired, str):
-            errors.append(f"controller: skipped a node entry: {desired}: {entry!r:.200}")
-        if isinstance(entry, dict) and isinstance(entry.get("node"), str):
-            wanted[entry["node"]] = None if isinstance(desired, str) else desired
-    isolating = {g for g in document.get("isolating_groups") or [] if isinstance(g, str)}
-    interval = document.get("sync_interval_s")
-    return wanted, isolating, float(interval) if isinstance(interval, int | float) else None
-
-
-def _desired(entry: object) -> Desired | str:
-    """A node entry's desired state, or why it is off the contract."""
-    if not isinstance(entry, dict) or not isinstance(entry.get("node"), str) or not entry["node"]:
-        return "no node name"
-    reason, feature = entry.get("reason"), entry.get("feature")
-    if not isinstance(feature, str) or not feature.startswith(FEATURE_KEY + ":"):
-        return f"feature is not {FEATURE_KEY}:*"  # any other feature is not ours to set
-    if reason is not None and not (isinstance(reason, str) and reason.startswith(OWNED_PREFIX)):
-        return f"reason does not start with {OWNED_PREFIX!r}"  # a drain we set must be one we can recognise later
-    return Desired(reason, feature)
-
-
-def _failed(result: SyncResult, error: str) -> SyncResult:
-    result.errors.append(error)
-    log.error("%s; nothing changed in Slurm", error)
-    return result
-
-
 # ---------------------------------------------------------------------- the agent
+
+
+class ConfigError(RuntimeError):
+    """The bridge's own configuration is missing or unreadable."""
 
 
 def load_partitions(path: Path) -> dict[str, str]:
@@ -228,10 +68,32 @@ def load_partitions(path: Path) -> dict[str, str]:
         parameters = json.loads(path.read_text())
         return {g["partition_name"]: g["instance_group_name"] for g in parameters.get("worker_groups") or []}
     except FileNotFoundError:
-        log.warning("%s not found: nodes the controller does not list yet are not drained", path)
+        raise ConfigError(f"{path} not found: pass --provisioning-parameters (partition -> instance group)") from None
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as err:
-        log.error("%s unreadable (%s): nodes the controller does not list yet are not drained", path, err)
-    return {}
+        raise ConfigError(f"{path} unreadable ({err!r:.200})") from None
+
+
+@contextlib.contextmanager
+def single_instance(state_dir: Path, cluster: str) -> Iterator[None]:
+    """One bridge per cluster on this machine: a second one exits (EXIT_LOCKED) instead of double-applying."""
+    import fcntl  # POSIX only, like the bridge
+
+    state_dir.mkdir(parents=True, exist_ok=True)
+    with open(state_dir / f"{cluster}.lock", "a+") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            raise _Locked(f"another bridge for {cluster} runs here (pid {lock.read().strip() or '?'})") from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(str(os.getpid()))
+        lock.flush()
+        yield
+
+
+class _Locked(RuntimeError):
+    pass
 
 
 def run(
@@ -242,21 +104,40 @@ def run(
     interval_s: float | None = None,
     once: bool = False,
     sleep: Callable[[float], None] = time.sleep,
+    memory: Memory | None = None,
+    dry_run: bool = False,
 ) -> int:
-    """Sync every interval (`interval_s`, else the controller's suggestion, else 60 s) until stopped; with `once`,
-    one pass whose exit code says whether anything went wrong."""
+    """Sync every interval (`interval_s`, else the controller's suggestion, else 60 s) until stopped; with `once`
+    (or `dry_run`), one pass whose exit code says what went wrong. A daemon whose calls are refused
+    AUTH_FAILURES_TO_EXIT passes running exits EXIT_AUTH, so systemd shows it failed."""
+    memory = memory if memory is not None else Memory()
+    refused = 0
     while True:
         started = time.monotonic()
-        result = sync_once(cluster, controller, slurm, partitions_to_groups)
-        log.info(
-            "synced %s: %d node(s) updated, %d reported, %d error(s)",
+        result = sync_once(cluster, controller, slurm, partitions_to_groups, memory, dry_run)
+        if dry_run:
+            for command in result.commands:
+                print(" ".join(quoted(a) for a in command))
+            for name, claim in sorted(result.held.items()):
+                print(f"# {name}: held by someone else ({claim}): left as it is")
+            print(f"# {len(result.applied)} node(s) would change in {len(result.commands)} scontrol update(s)")
+        level = logging.INFO if result.applied or result.errors else logging.DEBUG
+        log.log(
+            level,
+            "synced %s: %d node(s) updated in %d call(s), %d held by others, %d reported, %d error(s)",
             cluster,
             len(result.applied),
+            len(result.commands),
+            len(result.held),
             len(result.reported),
             len(result.errors),
         )
-        if once:
-            return 1 if result.errors else 0
+        if once or dry_run:
+            return result.failure or (EXIT_PARTIAL if result.errors else EXIT_OK)
+        refused = refused + 1 if result.failure == EXIT_AUTH else 0
+        if refused >= AUTH_FAILURES_TO_EXIT:
+            log.critical("the controller refused %d passes in a row: exiting (check the role and its policy)", refused)
+            return EXIT_AUTH
         period = interval_s or min(
             max(result.interval_s or DEFAULT_INTERVAL_S, INTERVAL_BOUNDS_S[0]), INTERVAL_BOUNDS_S[1]
         )
@@ -268,6 +149,8 @@ def parser(prog: str = "hpdhc bridge") -> argparse.ArgumentParser:
         prog=prog,
         description="The Slurm bridge: every interval, drain, resume and label this cluster's Slurm nodes as the "
         "controller's API says, and report which of them run jobs. Runs on the Slurm controller node.",
+        epilog="Exit codes: 0 done; 1 some updates refused; 2 usage; 3 refused by the API (403, no credentials); "
+        "4 API unreachable or answering errors; 5 slurmctld unreachable; 6 configuration; 7 another bridge runs.",
     )
     p.add_argument("--cluster", required=True, help="the HyperPod cluster's name")
     add_api_options(p)
@@ -277,7 +160,12 @@ def parser(prog: str = "hpdhc bridge") -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="seconds between passes (default: the controller's, else 60)",
     )
-    p.add_argument("--once", action="store_true", help="one pass, then exit (1 if anything went wrong)")
+    p.add_argument("--once", action="store_true", help="one pass, then exit with a code that says what went wrong")
+    p.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="one pass that changes nothing: print the scontrol updates a pass would run, and the held nodes",
+    )
     p.add_argument(
         "--provisioning-parameters",
         type=Path,
@@ -285,7 +173,15 @@ def parser(prog: str = "hpdhc bridge") -> argparse.ArgumentParser:
         metavar="PATH",
         help=f"HyperPod's lifecycle parameters: partition -> instance group (default {PROVISIONING_PARAMETERS})",
     )
+    p.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path(STATE_DIR),
+        metavar="DIR",
+        help=f"the lock and the last applied document (default {STATE_DIR})",
+    )
     p.add_argument("--scontrol", default="scontrol", metavar="PATH", help="the scontrol binary")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
     return p
 
 
@@ -299,21 +195,66 @@ def _seconds(text: str) -> float:
     return seconds
 
 
+class _Journal(logging.Formatter):
+    """`<N>` syslog priority prefixes when stderr goes to journald (JOURNAL_STREAM set): `journalctl -p err` works."""
+
+    PRIORITY = {logging.CRITICAL: 2, logging.ERROR: 3, logging.WARNING: 4, logging.INFO: 6, logging.DEBUG: 7}
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"<{self.PRIORITY.get(record.levelno, 6)}>{super().format(record)}"
+
+
+def configure_logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    plain = "%(levelname)s %(message)s"  # journald timestamps each line itself
+    handler.setFormatter(_Journal(plain) if os.environ.get("JOURNAL_STREAM") else logging.Formatter(plain))
+    logging.basicConfig(level=level, handlers=[handler], force=True)
+
+
 def main(argv: list[str] | None = None, prog: str = "hpdhc bridge") -> int:
     args = parser(prog).parse_args(argv)
-    # To stderr, which the systemd unit hands to journald: it timestamps each line itself.
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(levelname)s %(message)s")
+    configure_logging(args.log_level)
+    signal.signal(signal.SIGTERM, _stop)
     try:
+        partitions = load_partitions(args.provisioning_parameters)
         client = OperatorClient(args.endpoint, args.profile, args.region, args.stack)
-    except (ApiError, BotoCoreError, ClientError) as err:
-        log.error("cannot set up the controller's API client: %s", err)
-        return 2
-    partitions = load_partitions(args.provisioning_parameters)
-    log.info("bridge for %s: API %s, partitions %s", args.cluster, client.endpoint, partitions or "-")
+    except (ConfigError, ApiError, BotoCoreError, ClientError) as err:
+        log.error("configuration: %s", err)
+        return EXIT_CONFIG
+    log.info(
+        "bridge for %s: API %s (%s), partitions %s%s",
+        args.cluster,
+        client.endpoint,
+        client.region,
+        partitions or "-",
+        " (dry run: nothing changes)" if args.dry_run else "",
+    )
+    controller, slurm = ApiController(client), Scontrol(args.scontrol)
     try:
-        return run(args.cluster, ApiController(client), Scontrol(args.scontrol), partitions, args.interval, args.once)
-    except KeyboardInterrupt:
-        return 130
+        if args.dry_run:  # changes nothing, so takes no lock and writes no state
+            memory = Memory.load(args.state_dir / f"{args.cluster}.json")
+            memory.path = None
+            return run(args.cluster, controller, slurm, partitions, memory=memory, dry_run=True)
+        with single_instance(args.state_dir, args.cluster):
+            memory = Memory.load(args.state_dir / f"{args.cluster}.json")
+            return run(args.cluster, controller, slurm, partitions, args.interval, args.once, memory=memory)
+    except _Locked as err:
+        log.error("%s", err)
+        return EXIT_LOCKED
+    except OSError as err:
+        log.error("state dir %s: %s", args.state_dir, err)
+        return EXIT_CONFIG
+    except (KeyboardInterrupt, _Stopped):
+        log.info("stopped")
+        return EXIT_OK
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _stop(signum: int, frame: Any) -> None:
+    raise _Stopped
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
     hpdhc readings C [--as-fidelity]                                      what the cluster was seen to do
     hpdhc simulate [--scenario FILE] [--json] [--serve [--port P]]        the digital twin (a checkout only)
     hpdhc bridge --cluster C [--interval S] [--once] ...                  the Slurm bridge agent (controller node)
+    hpdhc gate node-boot --node NAME | gate slurm-conf                    before slurmd starts: no job before the check
 
 The API commands sign with SigV4 from the standard AWS credential chain (--profile, --region) and find the
 endpoint in the stack's ApiEndpoint output (--stack) unless --endpoint is given; --json prints the API's JSON.
@@ -26,12 +27,13 @@ import sys
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from hpdhc import bridge
+from hpdhc import bridge, gate
 from hpdhc.client import ApiError, OperatorClient, add_api_options
 from hpdhc.commands import COMMANDS
 
 SIMULATE = "simulate"
 BRIDGE = "bridge"
+GATE = "gate"
 NO_CHECKOUT = "hpdhc: error: simulate needs a checkout of hyperpod-dhc after `make install`"
 
 
@@ -41,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         return simulate(argv[1:])
     if argv[:1] == [BRIDGE]:  # a long-running agent with its own flags and logging, not an API command
         return bridge.main(argv[1:], prog=f"hpdhc {BRIDGE}")
+    if argv[:1] == [GATE]:  # run by a node's lifecycle script before slurmd starts
+        return gate.main(argv[1:], prog=f"hpdhc {GATE}")
     args = parser().parse_args(argv)
     try:
         client = OperatorClient(args.endpoint, args.profile, args.region, args.stack)
@@ -123,6 +127,12 @@ def parser() -> argparse.ArgumentParser:
         add_help=False,
         help="the Slurm bridge agent: drain, resume and label Slurm nodes as the controller says "
         "(`hpdhc bridge --help`)",
+    )
+    sub.add_parser(
+        GATE,
+        add_help=False,
+        help="keep a new node from jobs until its check passes: `gate node-boot --node NAME` before slurmd "
+        "starts; `gate slurm-conf` (`hpdhc gate --help`)",
     )
     return root
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -23,7 +24,8 @@ from botocore.credentials import Credentials, ReadOnlyCredentials
 
 ENDPOINT_OUTPUT = "ApiEndpoint"
 DEFAULT_STACK = "HyperPodDhc"
-SLURM_PAGE = 1000  # nodes per page of the desired Slurm state, and per occupancy report
+SLURM_STATE_PAGE = 10_000  # nodes per page of the desired Slurm state: the most the route gives
+SLURM_PAGE = 1000  # nodes per occupancy report
 LOCAL_HOSTS = ("127.0.0.1", "localhost")  # the twin's local API (`hpdhc simulate --serve`) checks no signature
 
 Json = dict[str, Any]
@@ -53,6 +55,9 @@ class OperatorClient:
         region: str | None = None,
         stack: str = DEFAULT_STACK,
     ) -> None:
+        # An endpoint names its region (`https://abc.execute-api.eu-west-1.amazonaws.com/v1`): a signature for
+        # another region would be refused, so it wins over the profile's default.
+        region = region or endpoint_region(endpoint)
         self.session = boto3.Session(profile_name=profile, region_name=region)
         self.region = self.session.region_name or "us-east-1"
         self.endpoint = (endpoint or self._discover(stack)).rstrip("/")
@@ -99,7 +104,7 @@ class OperatorClient:
 
     def slurm_state(self, cluster: str) -> Json:
         """The desired Slurm state of every node: every `next_token` page, `nodes` concatenated into the first."""
-        query = {"limit": str(SLURM_PAGE)}
+        query = {"limit": str(SLURM_STATE_PAGE)}
         document: Json = self._call("GET", _path("clusters", cluster, "slurm"), query=query)
         while document.get("next_token"):
             query["next_token"] = document["next_token"]
@@ -109,13 +114,14 @@ class OperatorClient:
 
     def report_occupancy(self, cluster: str, nodes: list[Json]) -> Json:
         """Which nodes run a job (`{"node", "busy"}` each), posted `SLURM_PAGE` at a time; the answers summed."""
-        merged: Json = {"updated": 0, "unknown": []}
+        merged: Json = {"updated": 0, "unknown": [], "unknown_count": 0}
         for start in range(0, len(nodes), SLURM_PAGE):
             body = {"nodes": nodes[start : start + SLURM_PAGE]}
             answer = self._call("POST", _path("clusters", cluster, "slurm", "occupancy"), body)
             merged = {
                 "updated": merged["updated"] + answer["updated"],
-                "unknown": merged["unknown"] + answer["unknown"],
+                "unknown": (merged["unknown"] + answer["unknown"])[:20],
+                "unknown_count": merged["unknown_count"] + answer.get("unknown_count", len(answer["unknown"])),
             }
         return merged
 
@@ -157,6 +163,13 @@ class OperatorClient:
             raise ApiError(err.code, str(message)[:500]) from None
         except urllib.error.URLError as err:
             raise ApiError(0, f"cannot reach {self.endpoint}: {err.reason}") from None
+
+
+def endpoint_region(endpoint: str | None) -> str | None:
+    """The region of an API Gateway endpoint's default host name, or None for any other URL."""
+    host = urllib.parse.urlparse(endpoint or "").hostname or ""
+    match = re.fullmatch(r"[a-z0-9]+\.execute-api\.([a-z]{2}(?:-[a-z]+)+-\d)\.amazonaws\.com(?:\.cn)?", host)
+    return match.group(1) if match else None
 
 
 def _path(*segments: str) -> str:

@@ -1,37 +1,63 @@
 """Slurm as the bridge sees it: each node as `scontrol -o show node` reports it, and `scontrol update` limited to
-what never stops a job (drain, resume, reason, features). `Slurm` is the protocol `hpdhc.bridge.sync_once` uses;
-`Scontrol` runs the binary, the digital twin has its own (tests/twin/slurm.py)."""
+what never stops a job (drain, resume, reason, features), many nodes at a time. `Slurm` is the protocol
+`hpdhc.sync.sync_once` uses; `Scontrol` runs the binary, the digital twin has its own (tests/twin/slurm.py).
+
+Who owns a node's state is read by allow-list (`SlurmNode.claim`): the bridge may change a node only when every
+word of its state is one of use (idle, allocated, mixed, completing, reserved, planned) or a drain whose reason is
+ours, and any reason on it is ours. Anything else (an admin's or Slurm's DOWN, FAIL, MAINT, REBOOT_*, POWER_*,
+NOT_RESPONDING, a drain with another reason, HyperPod's `Action:Reboot`, a state word this version does not know)
+is someone else's claim, and the node is left exactly as it is.
+"""
 
 from __future__ import annotations
 
 import re
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-OWNED_PREFIX = "hpdhc: "  # a drain reason the controller owns: the only kind the bridge resumes or re-words
+OWNED_PREFIX = "hpdhc:"  # a drain reason the controller owns: the only kind the bridge resumes or re-words
 SCONTROL_TIMEOUT_S = 60.0
+# Node names per `scontrol update NodeName=a,b,...`: one update per distinct change, in parts this long (a
+# 10,000-node labelling pass is tens of calls, far under the command line's limit).
+UPDATE_BATCH = 500
+# Words of a State that are no one's claim on the node: its use. DRAIN and its forms are ours only with our reason.
+FREE_STATE_WORDS = frozenset({"IDLE", "ALLOCATED", "MIXED", "COMPLETING", "RESERVED", "PLANNED"})
+DRAIN_WORDS = frozenset({"DRAIN", "DRAINING", "DRAINED"})
+_BUSY_WORDS = frozenset({"ALLOCATED", "MIXED", "COMPLETING", "DRAINING"})
+# Slurm's answer when slurmctld cannot be reached: a pass stops at the first one (each costs ~10 s).
+_UNREACHABLE = re.compile(r"Unable to contact slurm controller|Socket timed out|Zero Bytes were transmitted", re.I)
 
 
 @dataclass(frozen=True)
-class Actual:
+class SlurmNode:
     """A node as `scontrol show node` reports it."""
 
-    drained: bool  # DRAIN (draining or drained)
-    reason: str | None
-    features: tuple[str, ...]  # ActiveFeatures
+    name: str
+    drained: bool = False  # DRAIN (draining or drained)
+    reason: str | None = None
+    features: tuple[str, ...] = ()  # ActiveFeatures
     available: tuple[str, ...] | None = None  # AvailableFeatures; None: the same as ActiveFeatures
+    partitions: tuple[str, ...] = ()
+    busy: bool = False  # a running or completing job on it
+    states: tuple[str, ...] = ("IDLE",)  # every word of State= (IDLE, DRAIN, DOWN, NOT_RESPONDING, ...)
 
     @property
     def owned(self) -> bool:
         return bool(self.reason and self.reason.startswith(OWNED_PREFIX))
 
-
-@dataclass(frozen=True, kw_only=True)
-class SlurmNode(Actual):
-    name: str
-    partitions: tuple[str, ...] = ()
-    busy: bool = False  # a running or completing job on it
+    @property
+    def claim(self) -> str | None:
+        """Why the node is someone else's (a foreign state word or reason), or None when the bridge may change it."""
+        foreign = [w for w in self.states if w not in FREE_STATE_WORDS and w not in DRAIN_WORDS]
+        if foreign:
+            return "+".join(foreign) + (f": {self.reason}" if self.reason else "")
+        if self.reason and not self.owned:
+            return self.reason
+        if self.drained and not self.owned:
+            return "DRAIN"  # a drain with no reason: not ours
+        return None
 
 
 # ---------------------------------------------------------------------- reading `scontrol -o show node`
@@ -39,10 +65,6 @@ class SlurmNode(Actual):
 _KEY = re.compile(r"(?:^|\s)([A-Za-z][A-Za-z_]*)=")
 # Slurm appends who set a reason and when: "Reason=admin maintenance [root@2026-12-03T18:03:26]".
 _REASON_STAMP = re.compile(r" \[[^\[\]\s@]+@[^\[\]\s]+\]")
-# scontrol prints the base state and its flags (IDLE+DRAIN, ALLOCATED+DRAIN, IDLE+COMPLETING+DRAIN); the short
-# names (DRAINED, DRAINING: sinfo's %T) are read too.
-_DRAIN_FLAGS = {"DRAIN", "DRAINING", "DRAINED"}
-_BUSY_FLAGS = {"ALLOCATED", "MIXED", "COMPLETING", "DRAINING"}
 
 
 def parse_nodes(text: str) -> dict[str, SlurmNode]:
@@ -55,7 +77,9 @@ def parse_node(line: str) -> SlurmNode | None:
     """One `scontrol -o show node` line; None for a line that is no node (`No nodes in the system`).
 
     Values may hold spaces (`OS=Linux 6.1 #1 SMP ...`): a value runs to the next ` Key=`. The reason is free
-    text and comes after every fixed field, so it is cut off first and ends at Slurm's `[user@time]` stamp."""
+    text and comes after every fixed field, so it is cut off first and ends at Slurm's `[user@time]` stamp.
+    scontrol prints the base state and its flags (IDLE+DRAIN, DOWN+DRAIN+NOT_RESPONDING); a trailing `*`, `~`,
+    `#`, `!`, `%` or `$` (sinfo's short forms) is read as the flag it stands for, so it is never missed."""
     head, _, tail = line.strip().partition(" Reason=")
     fields = _fields(head)
     if not fields.get("NodeName"):
@@ -64,16 +88,33 @@ def parse_node(line: str) -> SlurmNode | None:
     if tail:
         stamp = _REASON_STAMP.search(tail)
         reason = tail[: stamp.start()] if stamp else _fields("Reason=" + tail)["Reason"]
-    flags = set(fields.get("State", "").split("+"))
+    states = _state_words(fields.get("State", ""))
     return SlurmNode(
         name=fields["NodeName"],
-        drained=bool(flags & _DRAIN_FLAGS),
+        drained=bool(DRAIN_WORDS.intersection(states)),
         reason=reason or None,
         features=_listed(fields.get("ActiveFeatures")),
         available=_listed(fields.get("AvailableFeatures")),
         partitions=_listed(fields.get("Partitions")),
-        busy=bool(flags & _BUSY_FLAGS),
+        busy=bool(_BUSY_WORDS.intersection(states)),
+        states=states,
     )
+
+
+_SUFFIX_FLAGS = {"*": "NOT_RESPONDING", "~": "POWERED_DOWN", "#": "POWERING_UP", "!": "POWERING_DOWN",
+                 "%": "POWERING_DOWN", "$": "MAINT", "@": "REBOOT_REQUESTED", "^": "REBOOT_ISSUED",
+                 "-": "PLANNED"}  # fmt: skip
+
+
+def _state_words(state: str) -> tuple[str, ...]:
+    words: list[str] = []
+    for word in state.upper().split("+"):
+        while word and word[-1] in _SUFFIX_FLAGS:
+            words.append(_SUFFIX_FLAGS[word[-1]])
+            word = word[:-1]
+        if word:
+            words.append(word)
+    return tuple(words) or ("UNREAD",)  # no State at all is no proof of anything: a claim
 
 
 def _fields(text: str) -> dict[str, str]:
@@ -92,16 +133,21 @@ class SlurmError(RuntimeError):
     """Slurm could not be read or refused an update."""
 
 
+class SlurmUnreachable(SlurmError):
+    """slurmctld did not answer: nothing more is tried this pass."""
+
+
 class Slurm(Protocol):
-    """What the bridge needs of Slurm: its nodes, and one node's update (raising SlurmError when refused)."""
+    """What the bridge needs of Slurm: its nodes, and one update of some nodes (raising SlurmError when refused)."""
 
     def nodes(self) -> dict[str, SlurmNode]: ...
 
-    def update(self, node: str, args: list[str]) -> None: ...
+    def update(self, nodes: Sequence[str], args: list[str]) -> None: ...
 
 
 # What an update may say: drain, resume, reason, features. Nothing that stops a job (DOWN, FAIL, POWER_DOWN...).
-_SAFE_ARG = re.compile(r"State=(DRAIN|RESUME)|Reason=[^\n]+|(Available|Active)Features=[^\s=]*")
+_SAFE_ARG = re.compile(r"State=(DRAIN|RESUME)|Reason=[^\n\r\x00]+|(Available|Active)Features=[^\s=]*")
+_NODE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 class Scontrol(Slurm):
@@ -114,20 +160,25 @@ class Scontrol(Slurm):
     def nodes(self) -> dict[str, SlurmNode]:
         return parse_nodes(self._run(["-o", "show", "node"]))
 
-    def update(self, node: str, args: list[str]) -> None:
+    def update(self, nodes: Sequence[str], args: list[str]) -> None:
         unsafe = [a for a in args if not _SAFE_ARG.fullmatch(a)]
-        if unsafe or not args:
-            raise SlurmError(f"refused to run scontrol update NodeName={node} with {unsafe or 'nothing'}")
-        self._run(["update", f"NodeName={node}", *args])
+        names = [n for n in nodes if _NODE_NAME.fullmatch(n)]
+        if unsafe or not args or not nodes or len(names) != len(nodes):
+            raise SlurmError(f"refused to run scontrol update NodeName={','.join(nodes)} with {unsafe or args}")
+        self._run(["update", "NodeName=" + ",".join(names), *args])
 
     def _run(self, args: list[str]) -> str:
+        shown = " ".join(args) if len(" ".join(args)) < 300 else " ".join(args)[:300] + "..."
         try:
             done = subprocess.run(
                 [self.binary, *args], capture_output=True, text=True, timeout=self.timeout_s, check=False
             )
-        except (OSError, subprocess.TimeoutExpired) as err:
-            raise SlurmError(f"scontrol {' '.join(args)}: {err}") from None
+        except subprocess.TimeoutExpired:
+            raise SlurmUnreachable(f"scontrol {shown}: no answer in {self.timeout_s:g} s") from None
+        except OSError as err:
+            raise SlurmUnreachable(f"scontrol {shown}: {err}") from None
         if done.returncode != 0:
             message = (done.stderr or done.stdout).strip() or f"exit code {done.returncode}"
-            raise SlurmError(f"scontrol {' '.join(args)}: {message}")
+            kind = SlurmUnreachable if _UNREACHABLE.search(message) else SlurmError
+            raise kind(f"scontrol {shown}: {message}")
         return done.stdout

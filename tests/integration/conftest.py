@@ -4,7 +4,6 @@ from tests.fakes.hyperpod import Clock, FakeHyperPod
 from tests.harness.engine import Harness
 from tests.harness.synth import synthesized_template
 from tests.harness.template import ControllerTemplate
-from tests.integration.slurm_cluster import slurm, slurm_cluster  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(scope="session")

@@ -10,11 +10,12 @@ from __future__ import annotations
 import pytest
 
 from deephealth.domain.nodes import NodeRecord, NodeState, Outcome, Verdict
-from deephealth.domain.slurm import AWAITING, BUSY_FRESH_S, JOB_WAIT_S, OWNED_PREFIX, RUNNING_CHECK, SYNC_INTERVAL_S
+from deephealth.domain.slurm import BUSY_FRESH_S, JOB_WAIT_S, OWNED_PREFIX, SYNC_INTERVAL_S, reason
 from tests.fakes.hyperpod import GroupSpec
 from tests.harness.engine import TABLE_NAME
 
-INSTANCE_ROLE = "arn:aws:sts::123456789012:assumed-role/SlurmControllerRole/i-0123456789abcdef0"
+# A session of the twin's bridge role, every cluster's in its template (tests/harness/synth.py TWIN_SLURM_BRIDGES).
+INSTANCE_ROLE = "arn:aws:sts::123456789012:assumed-role/hyperpod-cluster-execution-role/i-0123456789abcdef0"
 STATE = "/clusters/demo/slurm"
 OCCUPANCY = "/clusters/demo/slurm/occupancy"
 RECONCILE_S = 300  # cdk.json reconcile_every_minutes
@@ -47,9 +48,9 @@ class Bridge:
         if not nodes:
             return
         report = [
-            {"node": n["node"], "busy": self.fake.node("demo", n["logical_id"]).busy_until > now}
+            {"node": n["node"], "key": n["key"], "busy": self.fake.node("demo", n["logical_id"]).busy_until > now}
             if self.busy is None
-            else {"node": n["node"], "busy": n["logical_id"] in self.busy}
+            else {"node": n["node"], "key": n["key"], "busy": n["logical_id"] in self.busy}
             for n in nodes
         ]
         status, body = self.harness.api("POST", OCCUPANCY, {"nodes": report}, principal=INSTANCE_ROLE)
@@ -139,8 +140,14 @@ def test_the_state_names_each_node_and_drains_only_with_reasons_we_own(harness, 
             want[r.key] = (r.group, r.state.value)
     assert {k: v[:2] for k, v in got.items()} == want  # no unnamed, gone or dry-run-recorded node
     by_state = {(g, s): (reason, feature) for g, s, reason, feature in got.values()}
-    assert by_state[("gpu", "pending")] == (AWAITING, "HealthCheck:InProgress")
-    assert by_state[("gpu", "checking")] == (RUNNING_CHECK, "HealthCheck:InProgress")
+    by_key = {r.key: r for r in records.values()}
+    wait, check = (
+        next(reason(word, r, what) for r in by_key.values() if r.group == "gpu" and r.state == state and r.hostname)
+        for word, what, state in (("wait", "deep health check not passed yet", NodeState.PENDING),
+                                  ("check", "deep health check running", NodeState.CHECKING))
+    )  # fmt: skip
+    assert by_state[("gpu", "pending")] == (wait, "HealthCheck:InProgress")
+    assert by_state[("gpu", "checking")] == (check, "HealthCheck:InProgress")
     assert by_state[("gpu", "passed")] == (None, "HealthCheck:Passed")
     assert by_state[("gpu", "quarantined")][1] == "HealthCheck:Failed"
     for group in ("opt", "dry"):  # pending, in a group that does not isolate: keeps taking jobs
@@ -151,8 +158,12 @@ def test_the_state_names_each_node_and_drains_only_with_reasons_we_own(harness, 
         record = records[n["logical_id"]]
         assert n["node"] == record.hostname.split(".")[0] and n["instance_id"] == record.instance_id
 
+    assert [n["node"] for n in page["nodes"]] == sorted(n["node"] for n in page["nodes"])  # by name
+    assert all(n["key"] == n["logical_id"] for n in page["nodes"])  # what an occupancy report names
+    assert page["complete"] is False, "no whole listing recorded yet: an unlisted Slurm node is not known new"
+    assert page["generation"] == max(r.updated_at for r in records.values())
     paged = pull(harness, limit=2)
-    assert [n["logical_id"] for n in paged] == sorted(got) == [n["logical_id"] for n in page["nodes"]]
+    assert [n["node"] for n in paged] == [n["node"] for n in page["nodes"]]
 
 
 # ---------------------------------------------------------------- occupancy and the rounds
@@ -210,7 +221,12 @@ def test_a_report_only_writes_waiting_nodes_and_names_the_unknown(harness, fake)
     pending = [k for k, r in records.items() if r.state == NodeState.PENDING and r.hostname]
     report = [{"node": name, "busy": True} for name in names.values()] + [{"node": "ip-10-9-9-9", "busy": False}]
     status, body = harness.api("POST", OCCUPANCY, {"nodes": report}, principal=INSTANCE_ROLE)
-    assert status == 200 and body == {"updated": len(pending), "unknown": ["ip-10-9-9-9"]}
+    # Gone and dry-run records never speak for a name: their names are as unknown as a stranger's.
+    silent = sorted(
+        names[k] for k, r in records.items() if r.hostname and r.state in (NodeState.GONE, NodeState.SHADOWED)
+    )
+    unknown = [n for n in [*names.values(), "ip-10-9-9-9"] if n in silent or n == "ip-10-9-9-9"]
+    assert status == 200 and body == {"updated": len(pending), "unknown": unknown, "unknown_count": len(unknown)}
     after = harness.records("demo")
     assert {k for k, r in after.items() if r.slurm_busy} == set(pending)
     assert all(after[k].version == records[k].version for k in records if k not in pending)  # nothing else written
@@ -230,7 +246,7 @@ MANY = [{"node": f"ip-10-0-{i // 250}-{i % 250}", "busy": True} for i in range(1
     ("method", "path", "body", "query", "status", "named"),
     [
         ("GET", STATE, None, {"limit": "0"}, 422, "limit"),
-        ("GET", STATE, None, {"limit": "1001"}, 422, "limit"),
+        ("GET", STATE, None, {"limit": "10001"}, 422, "limit"),
         ("GET", STATE, None, {"next_token": "x;drop"}, 422, "next_token"),
         ("GET", "/clusters/other/slurm", None, None, 404, "other"),
         ("POST", OCCUPANCY, {"nodes": [{"node": "ip-10-1-2-3", "busy": True, "jobs": 2}]}, None, 422, "jobs"),
@@ -238,6 +254,8 @@ MANY = [{"node": f"ip-10-0-{i // 250}-{i % 250}", "busy": True} for i in range(1
         ("POST", OCCUPANCY, {"nodes": MANY}, None, 422, "nodes"),
         ("POST", OCCUPANCY, {"nodes": [{"node": "ip-10-1-2-3 ; rm -rf /", "busy": True}]}, None, 422, "node"),
         ("POST", OCCUPANCY, {"nodes": [{"node": "ip-10-1-2-3", "busy": "true"}]}, None, 422, "busy"),
+        ("POST", OCCUPANCY, {"nodes": [{"node": "ip-1", "busy": True, "held": "DOWN\u202e: x"}]}, None, 422, "held"),
+        ("POST", OCCUPANCY, {"nodes": [{"node": "ip-1", "busy": True, "held": "x" * 201}]}, None, 422, "held"),
         ("POST", OCCUPANCY, {"nodes": [{"node": "ip-1", "busy": True}, {"node": "ip-1", "busy": True}]}, None, 422,
          "nodes"),
         ("POST", OCCUPANCY, "{not json", None, 422, "body"),
@@ -251,3 +269,165 @@ def test_bad_requests_get_a_clear_4xx(harness, fake, method, path, body, query, 
     assert got == status, payload
     assert named in str(payload), payload
     assert not harness.records("demo")
+
+
+# ---------------------------------------------------------------- one name, one record; what a report carries
+
+
+def _twins(harness, fake) -> tuple[NodeRecord, NodeRecord]:
+    """Two live records with one Slurm name: an old passed one, and a new instance that got its private IP."""
+    from deephealth.adapters.node_table import NodeTable
+
+    cluster = fake.create_cluster("demo", [GroupSpec("gpu", count=2)])
+    old_node, new_node = sorted(cluster.nodes.values(), key=lambda n: n.seq)
+    host = f"ip-{old_node.private_ip.replace('.', '-')}.ec2.internal"
+    table = NodeTable(TABLE_NAME)
+    old = table.save(
+        NodeRecord(
+            cluster="demo",
+            cluster_id=cluster.cluster_id,
+            key=old_node.logical_id,
+            group="gpu",
+            logical_id=old_node.logical_id,
+            instance_id=old_node.instance_id,
+            hostname=host,
+            state=NodeState.PASSED,
+            updated_at=1.0,
+            outcomes=[Outcome(at=0.0, verdict=Verdict.PASSED, instance_id=old_node.instance_id)],
+        )
+    )
+    new = table.save(NodeRecord(cluster="demo", cluster_id=cluster.cluster_id, key=new_node.logical_id, group="gpu",
+                                logical_id=new_node.logical_id, instance_id=new_node.instance_id, hostname=host,
+                                state=NodeState.PENDING, updated_at=2.0))  # fmt: skip
+    return old, new
+
+
+@pytest.mark.controller_config({"clusters": ["demo"]})
+def test_a_name_two_live_records_claim_is_drained_as_ambiguous_and_a_gone_one_never_speaks(harness, fake):
+    from deephealth.adapters.node_table import NodeTable
+
+    old, new = _twins(harness, fake)
+    (entry,) = pull(harness)
+    name = old.hostname.split(".")[0]
+    assert entry["node"] == name and entry["key"] is None and entry["state"] == "ambiguous"
+    assert entry["reason"].startswith("hpdhc:ambig " + name) and entry["feature"] == "HealthCheck:InProgress"
+    assert old.instance_id in entry["reason"] and new.instance_id in entry["reason"]
+    # An occupancy report for the ambiguous name lands on neither record.
+    status, body = harness.api("POST", OCCUPANCY, {"nodes": [{"node": name, "busy": True}]}, principal=INSTANCE_ROLE)
+    assert status == 200 and body["unknown"] == [name]
+    # The old record goes: the name is the new, unchecked node's, drained until it passes.
+    NodeTable(TABLE_NAME).save(old.model_copy(update={"state": NodeState.GONE}))
+    (entry,) = pull(harness)
+    assert entry["key"] == new.key and entry["reason"].startswith("hpdhc:wait ") and new.instance_id in entry["reason"]
+
+
+@pytest.mark.controller_config({"clusters": ["demo"]})
+def test_a_report_by_key_reads_only_those_records_and_records_claims_held_by_others(harness, fake):
+    old, new = _twins(harness, fake)
+    from deephealth.adapters.node_table import NodeTable
+
+    NodeTable(TABLE_NAME).save(harness.records("demo")[old.key].model_copy(update={"state": NodeState.GONE}))
+    name = new.hostname.split(".")[0]
+    report = [{"node": name, "key": new.key, "busy": False, "held": "DOWN: bad dimm, do not use"},
+              {"node": name + "0", "key": new.key, "busy": True}]  # a key whose record has another name  # fmt: skip
+    status, body = harness.api("POST", OCCUPANCY, {"nodes": report}, principal=INSTANCE_ROLE)
+    assert status == 200 and body == {"updated": 1, "unknown": [name + "0"], "unknown_count": 1}
+    record = harness.records("demo")[new.key]
+    assert record.slurm_held == "DOWN: bad dimm, do not use"
+    status, shown = harness.api("GET", f"/clusters/demo/nodes/{new.key}", principal=INSTANCE_ROLE)
+    assert status == 200 and shown["slurm"] == "held by Slurm/admin: DOWN: bad dimm, do not use"
+
+
+@pytest.mark.controller_config({"clusters": ["demo"]})
+def test_an_answer_echoes_a_bounded_number_of_unknown_names(harness, fake):
+    fake.create_cluster("demo", [GroupSpec("gpu", count=1)])
+    report = [{"node": f"ip-10-9-{i // 250}-{i % 250}", "busy": False} for i in range(1000)]
+    status, body = harness.api("POST", OCCUPANCY, {"nodes": report}, principal=INSTANCE_ROLE)
+    assert status == 200 and len(body["unknown"]) == 20 and body["unknown_count"] == 1000
+
+
+@pytest.mark.controller_config({"clusters": ["demo"], "defaults": {"gather_window_s": 300}})
+def test_once_a_whole_listing_is_recorded_the_document_says_it_covers_the_cluster(harness, fake):
+    fake.create_cluster("demo", [GroupSpec("gpu", count=2)])
+    harness.run_until(lambda: len(harness.records("demo")) == 2, horizon_s=900)
+    status, page = harness.api("GET", STATE, principal=INSTANCE_ROLE)
+    assert status == 200 and page["complete"] is True and len(page["nodes"]) == 2
+
+
+@pytest.mark.controller_config({"clusters": ["demo"], "defaults": {"gather_window_s": 300, "job_defer_max_s": 3600}})
+def test_a_bridge_reporting_busy_for_ever_defers_a_check_no_longer_than_the_bound_and_it_is_said(harness, fake):
+    cluster = fake.create_cluster("demo", [GroupSpec("gpu", count=1)])
+    (held,) = cluster.nodes
+    Bridge(harness, fake, busy={held})  # busy every sync, for ever (a job that never ends, or a lying reporter)
+    started = fake.clock.now()
+
+    def claimed():
+        record = harness.records("demo").get(held)
+        return record is not None and record.state != NodeState.PENDING
+
+    harness.run_until(claimed, horizon_s=6 * 3600)
+    record = harness.records("demo")[held]
+    assert record.state != NodeState.PENDING
+    assert started + 3600 < claimed_at(record) <= started + 3600 + RECONCILE_S + 2 * SYNC_INTERVAL_S + 300
+    sent = [m for m in harness.notifications() if m["attributes"]["kind"] == "job-deferral"]
+    assert len(sent) == 1 and held in str(sent[0]["message"])
+
+
+@pytest.mark.parametrize(("adopt", "drained"), [("check-when-idle", False), ("isolate", True)])
+def test_nodes_in_service_before_the_controller_watched_are_adopted_as_the_policy_says(adopt, drained, request):
+    """A cluster whose nodes launched hours before the controller's first look: installing onto a running cluster
+    does not take it out of service unless the group's policy says so."""
+    config = {"clusters": ["demo"], "defaults": {"gather_window_s": 300, "adopt": adopt}}
+    request.node.add_marker(pytest.mark.controller_config(config))
+    fake, harness = request.getfixturevalue("fake"), None
+    fake.create_cluster("demo", [GroupSpec("gpu", count=2)])
+    fake.clock.advance(2 * 3600)  # running for two hours before the controller is deployed
+    harness = request.getfixturevalue("harness")
+    harness.run_until(lambda: len(harness.records("demo")) == 2, horizon_s=900)
+    from deephealth.adapters.node_table import NodeTable
+
+    records = harness.records("demo")
+    assert all(r.adopted for r in records.values())
+    for r in records.values():  # as they were before their check (the fake's checks are quick)
+        NodeTable(TABLE_NAME).save(r.model_copy(update={"state": NodeState.PENDING, "outcomes": []}))
+    nodes = pull(harness)
+    assert len(nodes) == 2 and all((n["reason"] is not None) == drained for n in nodes), [
+        (n["state"], n["reason"]) for n in nodes
+    ]
+
+
+@pytest.mark.controller_config({"clusters": ["demo"]})
+def test_a_bridge_pass_reads_each_record_about_twice_whatever_the_cluster_size(harness, fake, monkeypatch):
+    """DynamoDB reads per pass are O(nodes): one load of the cluster for the document (one page up to 10,000
+    names) and one read by key per reported node, not a whole-cluster load per page or per occupancy chunk."""
+    from deephealth.adapters.node_table import NodeTable
+
+    cluster = fake.create_cluster("demo", [GroupSpec("gpu", count=1)])
+    table = NodeTable(TABLE_NAME)
+    size = 1500
+    for i in range(size):
+        table.save(NodeRecord(cluster="demo", cluster_id=cluster.cluster_id, key=f"n{i:05}", group="gpu",
+                              logical_id=f"n{i:05}", instance_id=f"i-{i:017x}",
+                              hostname=f"ip-10-3-{i // 250}-{i % 250}.ec2.internal"))  # fmt: skip
+    read: list[int] = []
+    load_cluster, load_nodes = NodeTable.load_cluster, NodeTable.load_nodes
+
+    def counted_cluster(self, name):
+        out = load_cluster(self, name)
+        read.append(len(out))
+        return out
+
+    def counted_nodes(self, name, keys):
+        out = load_nodes(self, name, keys)
+        read.append(len(out))
+        return out
+
+    monkeypatch.setattr(NodeTable, "load_cluster", counted_cluster)
+    monkeypatch.setattr(NodeTable, "load_nodes", counted_nodes)
+    nodes = pull(harness)
+    assert len(nodes) == size and sum(read) == size, read  # one load, one page
+    for start in range(0, size, 1000):
+        chunk = [{"node": n["node"], "key": n["key"], "busy": False} for n in nodes[start : start + 1000]]
+        status, body = harness.api("POST", OCCUPANCY, {"nodes": chunk}, principal=INSTANCE_ROLE)
+        assert status == 200 and body["unknown_count"] == 0
+    assert sum(read) == 2 * size, read

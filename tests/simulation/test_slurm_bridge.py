@@ -1,6 +1,7 @@
 """The Slurm bridge in the twin (`workload.slurm_bridge`): the real agent's sync against the twin's Slurm, through
-the real Api function. What it must buy: no job waits on an unvalidated node for longer than one sync interval,
-no check is skipped because of a job, and Slurm ends up with what each verdict says."""
+the real Api function, and `hpdhc gate node-boot`'s rule in each new node's lifecycle. What it must buy: no job on
+an unvalidated node, even with the API down; no check skipped because of a job; Slurm ends up with what each
+verdict says."""
 
 from __future__ import annotations
 
@@ -59,22 +60,22 @@ def test_the_bridge_keeps_jobs_off_unvalidated_nodes_and_slurm_ends_with_each_ve
     without, _, _ = _run(controller_template, bridge=False)
     report, finals, counts = _run(controller_template, bridge=True)
     exposed, bridged = without["exposure"], report["exposure"]
-    # Without it, a node takes jobs for as long as it waits for its round; with it, for one sync interval at most.
-    assert exposed["schedulable_before_check_s"]["max"] > 10 * SYNC_S
-    assert bridged["schedulable_before_check_s"]["max"] <= SYNC_S
-    assert bridged["skipped_by_job"] == 0
-    assert bridged["jobs_on_unvalidated"] < exposed["jobs_on_unvalidated"]
+    # Without it, a node takes jobs for as long as it waits for its round; with it (and the gate at boot), never.
+    assert exposed["schedulable_before_check_s"]["max"] > 10 * SYNC_S and exposed["jobs_on_unvalidated"] > 0
+    assert bridged["schedulable_before_check_s"]["max"] == 0
+    assert bridged["jobs_on_unvalidated"] == 0 and bridged["skipped_by_job"] == 0
     assert report["false_pass"] == 0 and counts["syncs"] > 0 and counts["failed"] == 0
     for state, drained, reason, features in finals.values():
         if state == NodeState.PASSED:
             assert not drained and "HealthCheck:Passed" in features
         else:  # replaced then failed again, quarantined...: drained, with a reason the controller owns
-            assert drained and reason is not None and reason.startswith("hpdhc: ")
+            assert drained and reason is not None and reason.startswith("hpdhc:")
             assert "HealthCheck:Failed" in features or "HealthCheck:Skipped" in features
     assert any(state == NodeState.PASSED for state, *_ in finals.values())
 
 
-def test_a_bridge_that_cannot_reach_the_controller_changes_nothing(controller_template, monkeypatch):
+def test_with_the_controller_unreachable_new_nodes_stay_drained_and_nothing_is_resumed(controller_template,
+                                                                                       monkeypatch):  # fmt: skip
     from tests.twin import slurm
 
     def unreachable(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -83,6 +84,7 @@ def test_a_bridge_that_cannot_reach_the_controller_changes_nothing(controller_te
     monkeypatch.setattr(slurm.TwinController, "_call", unreachable)
     report, finals, counts = _run(controller_template, bridge=True)
     assert counts["syncs"] > 0 and counts["failed"] == counts["syncs"]
-    assert not any(drained for _, drained, _, _ in finals.values())  # no drain, no resume, no feature
+    # Fail closed: each new node was drained at boot (the gate needs no API), and no pass reaches Slurm.
+    assert all(drained for _, drained, _, _ in finals.values())
     assert not any(features for *_, features in finals.values())
-    assert report["false_pass"] == 0
+    assert report["false_pass"] == 0 and report["exposure"]["jobs_on_unvalidated"] == 0

@@ -46,6 +46,7 @@ class SimulatedHyperPod(Workload, FakeHyperPod):
         self._workload = random.Random(scenario.seed + 7)
         self._jobs = random.Random(scenario.seed + 9)  # workload.utilisation: job lengths and idle gaps
         self.readings = scenario.fidelity
+        self.bridge: Bridge | None = None  # the twin's Slurm bridge (Twin sets it): its gate drains new nodes
         faulty = scenario.hardware.faulty_nodes
         self._exact: list[Truth] = []  # faulty_nodes: the truth of each arrival in order (popped)
         if faulty is not None:
@@ -150,6 +151,9 @@ class SimulatedHyperPod(Workload, FakeHyperPod):
         self.ready_at.setdefault(n.logical_id, self._t)
         if n.status == IN_CHECK:  # on-start checks began
             self.first_check_at.setdefault(n.logical_id, self._t)
+        bridge = self.bridge
+        if bridge is not None and c.name == self.scenario.cluster.name and n.status in ("Running", IN_CHECK):
+            bridge.slurm.boot(n)  # the lifecycle script's `hpdhc gate node-boot`, before slurmd registers
         self._maybe_busy(c, n)
         self._observe(n)
 
@@ -321,6 +325,7 @@ class Twin(Harness):
                 self.at(self.started_at + offset, functools.partial(self._arrive, g.name))
         self.incidents = [incidents.arm(self, spec) for spec in s.incidents]
         self.bridge = Bridge(self) if s.workload.slurm_bridge else None
+        self.sim.bridge = self.bridge  # its gate drains each new node before its slurmd registers
         return self
 
     def _arrive(self, group: str) -> None:

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from hpdhc.bridge import sync_once
+from hpdhc.gate import boot_changes
 from hpdhc.scontrol import SlurmError, SlurmNode
+from hpdhc.sync import Memory, sync_once
 from tests.fakes.checks import IN_CHECK
 from tests.harness.api_gateway import proxy_event, refusal
 from tests.twin.scenario import CONTROLLER_GROUP
@@ -35,6 +37,8 @@ class TwinSlurm:
         self.reasons: dict[str, str] = {}  # instance id -> reason of the drain the agent set
         self.drained_instance: dict[str, str] = {}  # logical id -> the instance the agent drained
         self.features: dict[str, tuple[str, ...]] = {}  # instance id -> ActiveFeatures
+        self.available: dict[str, tuple[str, ...]] = {}  # instance id -> AvailableFeatures
+        self.gated = 0  # nodes `gate node-boot` drained before their slurmd started
         self.updates = 0  # scontrol updates applied
         self._seen: dict[str, Any] = {}  # Slurm name -> fake node, as the last `nodes()` found them
 
@@ -58,32 +62,58 @@ class TwinSlurm:
                 del self.drained_instance[n.logical_id]
                 sim.resume(n.logical_id)
                 drained = False
-            listed[name] = SlurmNode(
-                name=name,
-                drained=drained,
-                reason=self.reasons.get(n.instance_id, "drained by the twin") if drained else None,
-                features=self.features.get(n.instance_id, ()),
-                partitions=(n.group,),
-                busy=n.busy_until > now,
-            )
+            listed[name] = self._node(name, n, drained, now)
         return listed
 
-    def update(self, node: str, args: list[str]) -> None:
-        n = self._seen.get(node) or self._nodes().get(node)
-        if n is None:
-            raise SlurmError(f"scontrol update NodeName={node}: Invalid node name specified")
-        fields = dict(a.split("=", 1) for a in args)
-        state = fields.get("State")
-        if state == "DRAIN":
+    def _node(self, name: str, n: Any, drained: bool, now: float) -> SlurmNode:
+        busy = n.busy_until > now
+        return SlurmNode(
+            name=name,
+            drained=drained,
+            reason=self.reasons.get(n.instance_id, "drained by the twin") if drained else None,
+            features=self.features.get(n.instance_id, ()),
+            available=self.available.get(n.instance_id),
+            partitions=(n.group,),
+            busy=busy,
+            states=("ALLOCATED" if busy else "IDLE", *(("DRAIN",) if drained else ())),
+        )
+
+    def boot(self, n: Any) -> None:
+        """`hpdhc gate node-boot` in the node's lifecycle script, before its slurmd starts: the real rule
+        (`hpdhc.gate.boot_changes`) on the node as Slurm has it, applied without the workload's catch-up (this runs
+        inside a transition of the fake)."""
+        sim = self.twin.sim
+        drained = n.logical_id in sim.drained and self.drained_instance.get(n.logical_id) == n.instance_id
+        name = sim._hostname(n.private_ip).split(".", 1)[0]
+        change = boot_changes(self._node(name, n, drained, self.twin.clock.now()), None)
+        if isinstance(change, list) and change:
+            fields = dict(a.split("=", 1) for a in change)
             self.reasons[n.instance_id] = fields["Reason"]
             self.drained_instance[n.logical_id] = n.instance_id
-            self.twin.sim.drain(n.logical_id)
-        elif state == "RESUME":
-            self.reasons.pop(n.instance_id, None)
-            self.drained_instance.pop(n.logical_id, None)
-            self.twin.sim.resume(n.logical_id)
-        if "ActiveFeatures" in fields:
-            self.features[n.instance_id] = tuple(f for f in fields["ActiveFeatures"].split(",") if f)
+            sim.drained.add(n.logical_id)
+            self.gated += 1
+
+    def update(self, nodes: Sequence[str], args: list[str]) -> None:
+        found: dict[str, Any] = {node: self._seen.get(node) or self._nodes().get(node) for node in nodes}
+        missing = [node for node, n in found.items() if n is None]
+        if missing:
+            raise SlurmError(f"scontrol update NodeName={','.join(missing)}: Invalid node name specified")
+        fields = dict(a.split("=", 1) for a in args)
+        state = fields.get("State")
+        for n in found.values():
+            if state == "DRAIN":
+                self.reasons[n.instance_id] = fields["Reason"]
+                self.drained_instance[n.logical_id] = n.instance_id
+                self.twin.sim.drain(n.logical_id)
+            elif state == "RESUME":
+                self.reasons.pop(n.instance_id, None)
+                self.drained_instance.pop(n.logical_id, None)
+                self.twin.sim.resume(n.logical_id)
+            elif "Reason" in fields:
+                self.reasons[n.instance_id] = fields["Reason"]
+            if "ActiveFeatures" in fields:
+                self.features[n.instance_id] = tuple(f for f in fields["ActiveFeatures"].split(",") if f)
+                self.available[n.instance_id] = tuple(f for f in fields["AvailableFeatures"].split(",") if f)
         self.updates += 1
 
 
@@ -132,6 +162,7 @@ class Bridge:
         self.interval = twin.scenario.workload.sync_interval_s
         self.syncs = 0
         self.failed_syncs = 0
+        self.memory = Memory()  # what `--state-dir` keeps: the last applied document
         phase = random.Random(twin.scenario.seed + 11).uniform(0, self.interval)
         self.twin.at(twin.started_at + phase, self._sync)
 
@@ -140,7 +171,7 @@ class Bridge:
         if self.twin.cluster_model.status != "InService":
             return
         groups = {g.name: g.name for g in self.twin.scenario.groups}  # partition name = group name
-        result = sync_once(self.twin.scenario.cluster.name, self.controller, self.slurm, groups)
+        result = sync_once(self.twin.scenario.cluster.name, self.controller, self.slurm, groups, self.memory)
         self.syncs += 1
         self.failed_syncs += bool(result.errors)
 

@@ -61,6 +61,8 @@ class Workload:
         w = self.scenario.workload
         if not w.busy_rate or n.status != "Running" or c.name != self.scenario.cluster.name:
             return
+        if n.logical_id in self.drained:  # gated at boot: Slurm starts no job on it
+            return
         if self._workload.random() < w.busy_rate:
             until = self._t + self._workload.uniform(*w.job_s)
             self.jobs.append(Job(self._t, n.logical_id, n.instance_id, until, "ready"))

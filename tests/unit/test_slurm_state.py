@@ -12,7 +12,6 @@ from deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState
 from deephealth.domain.observe import Observation, observe
 from deephealth.domain.policy import ConfigError, GroupContext, GroupPolicy, NodeRecovery, parse_config
 from deephealth.domain.slurm import (
-    AWAITING,
     BUSY_FRESH_S,
     JOB_WAIT_S,
     MAX_REPORTED_NODES,
@@ -23,6 +22,7 @@ from deephealth.domain.slurm import (
     OccupancyReport,
     desired_state,
     job_wait,
+    reason,
     slurm_names,
     waits_for_job,
     with_occupancy,
@@ -85,7 +85,7 @@ def test_a_pending_node_of_a_group_that_does_not_isolate_keeps_taking_jobs():
     groups = {"on-demand": GroupPolicy(), "dry-run": GroupPolicy(dry_run=True)}
     states = {name: desired_state(rec(), GroupContext(p).isolating) for name, p in groups.items()}
     assert states == {
-        "on-demand": Desired(AWAITING, Feature.IN_PROGRESS),
+        "on-demand": Desired(reason("wait", rec(), "deep health check not passed yet"), Feature.IN_PROGRESS),
         "dry-run": Desired(None, Feature.IN_PROGRESS),
     }
 
@@ -132,21 +132,21 @@ def test_a_report_names_nodes_by_their_short_hostname_and_a_reused_name_is_the_l
     live = rec(key="new", hostname=HOST_A, updated_at=1000.0)
     other = rec(NodeState.PASSED, key="other", hostname=HOST_B)
     unnamed = rec(key="unnamed")
-    assert {n: r.key for n, r in slurm_names([live, gone, other, unnamed]).items()} == {
-        "ip-10-1-2-3": "new",
-        "ip-10-1-9-9": "other",
+    assert {n: [r.key for r in rs] for n, rs in slurm_names([live, gone, other, unnamed]).items()} == {
+        "ip-10-1-2-3": ["new"],
+        "ip-10-1-9-9": ["other"],
     }
 
 
 def test_only_a_waiting_node_is_written_when_its_occupancy_changes_or_is_due_a_refresh():
     now = 10_000.0
-    assert with_occupancy(rec(NodeState.PASSED), True, now) is None  # only a node waiting for a round uses it
-    assert with_occupancy(rec(NodeState.CHECKING), False, now) is None
-    first = with_occupancy(rec(), True, now)
+    assert with_occupancy(rec(NodeState.PASSED), True, None, now) is None  # only a node waiting for a round uses it
+    assert with_occupancy(rec(NodeState.CHECKING), False, None, now) is None
+    first = with_occupancy(rec(), True, None, now)
     assert (first.slurm_busy, first.slurm_busy_at) == (True, now)
-    assert with_occupancy(first, True, now + SYNC_INTERVAL_S) is None  # unchanged: nothing to write
-    assert with_occupancy(first, False, now + SYNC_INTERVAL_S).slurm_busy is False  # changed: written at once
-    refreshed = with_occupancy(first, True, now + OCCUPANCY_REFRESH_S)
+    assert with_occupancy(first, True, None, now + SYNC_INTERVAL_S) is None  # unchanged: nothing to write
+    assert with_occupancy(first, False, None, now + SYNC_INTERVAL_S).slurm_busy is False  # changed: written at once
+    refreshed = with_occupancy(first, True, None, now + OCCUPANCY_REFRESH_S)
     assert (refreshed.slurm_busy, refreshed.slurm_busy_at) == (True, now + OCCUPANCY_REFRESH_S)
     assert refreshed.version == first.version  # the write is conditional on the version read
 
@@ -156,7 +156,7 @@ def test_a_bridge_that_reports_every_sync_keeps_a_busy_node_waiting(age, busy):
     """Whatever the age of the last write, the next report either leaves a record that still waits or writes one."""
     record = rec(slurm_busy=busy, slurm_busy_at=0.0)
     now = age + SYNC_INTERVAL_S
-    written = with_occupancy(record, True, now)
+    written = with_occupancy(record, True, None, now)
     assert waits_for_job(written or record, now)
 
 

@@ -167,8 +167,19 @@ class NodeTable:
 
     # -- cluster registry: lets the reconciler close out clusters that vanished from ListClusters ------
     @aws.translated
-    def register_cluster(self, cluster: str) -> None:
-        self.t.put_item(Item={"pk": REGISTRY_PK, "sk": cluster})
+    def register_cluster(self, cluster: str, recorded_at: float | None = None) -> None:
+        """Known to the reconciler; with `recorded_at`, every node HyperPod listed then is recorded (the Slurm
+        bridge's document covers the whole cluster from then on)."""
+        item: dict[str, Any] = {"pk": REGISTRY_PK, "sk": cluster}
+        if recorded_at is not None:
+            item["recorded_at"] = int(recorded_at)  # whole seconds: DynamoDB numbers are Decimal, not float
+        self.t.put_item(Item=item)
+
+    @aws.translated
+    def recorded_at(self, cluster: str) -> float | None:
+        """When a whole listing of the cluster was last recorded (register_cluster), None if never."""
+        item = self.t.get_item(Key={"pk": REGISTRY_PK, "sk": cluster}).get("Item") or {}
+        return float(item["recorded_at"]) if "recorded_at" in item else None
 
     @aws.translated
     def registered_clusters(self) -> list[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from deephealth.domain.policy import GROUP_NAME_PATTERN
 
@@ -54,7 +54,16 @@ class BreakerReset(BaseModel):
         pattern=GROUP_NAME_PATTERN,
         description="an instance group: lift its bad-capacity hold; absent: close the cluster's breaker",
     )
-    reason: str = Field(min_length=3, max_length=500, pattern=r"^[^\x00-\x1f]*$")
+    reason: str = Field(min_length=3, max_length=500)
+
+    @field_validator("reason")
+    @classmethod
+    def _printable(cls, reason: str) -> str:
+        # It reaches logs and notifications: no control, bidirectional-override or zero-width characters (Cc, Cf,
+        # separators other than the space), which could hide or reorder what an operator reads.
+        if not reason.isprintable():
+            raise ValueError("reason must be printable text: no control, bidirectional or zero-width characters")
+        return reason
 
 
 def reset(state: SafetyState, group: str | None, now: float, by: str, reason: str) -> SafetyState:

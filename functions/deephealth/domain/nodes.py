@@ -193,6 +193,12 @@ class NodeRecord(BaseModel):
     # round), and when: a report too old is not believed (`domain.slurm.waits_for_job`).
     slurm_busy: bool | None = None
     slurm_busy_at: float | None = None
+    slurm_busy_since: float | None = None  # first busy report of the current run of busy ones: bounds the deferral
+    # A claim someone else holds on the node in Slurm, as the bridge reported it (an admin's DOWN, HyperPod's
+    # `Action:Reboot`): the bridge leaves such a node alone, and operators see why.
+    slurm_held: str | None = None
+    # Found by the controller's first whole look at its cluster: in service before it watched (policy `adopt`).
+    adopted: bool = False
     version: int = 0
     created_at: float = 0.0
     updated_at: float = 0.0

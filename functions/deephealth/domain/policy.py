@@ -58,6 +58,7 @@ NotificationKind = Literal[
     "breaker-reset",
     "reading-observed",
     "check-overdue",
+    "job-deferral",
 ]
 NOTIFICATION_KINDS: tuple[str, ...] = NotificationKind.__args__  # type: ignore[attr-defined]
 LadderStep = Literal["reboot", "replace"]
@@ -157,6 +158,13 @@ class GroupPolicy(_Strict):
     notify_route: Annotated[str, Field(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")] | None = None
     # The Slurm bridge drains a new node (a reason the controller owns) until its check passes; unset: `isolating`.
     isolate_until_checked: bool | None = None
+    # How long a Slurm job on a node (the bridge's report) may defer its check; past it the node is checked when a
+    # round next claims it, whether or not a job runs, and a job-deferral notification says so.
+    job_defer_max_s: Annotated[int, Field(ge=0, le=7 * 86400)] = 6 * 3600
+    # Nodes the controller found at its first look at a cluster (adopted): "check-when-idle" keeps them in service
+    # (no drain) and checks each when the bridge reports it idle, within job_defer_max_s; "isolate" drains them
+    # like new nodes until they pass.
+    adopt: Literal["check-when-idle", "isolate"] = "check-when-idle"
 
     @field_validator("checks")
     @classmethod

@@ -148,7 +148,11 @@ def progress_possible(
     find it held again at once.
     """
     # A node busy with a Slurm job waits for it: a round now could not claim it (the bridge's idle report starts one).
-    waiting = [r for r in claimable(records.values(), groups) if not waits_for_job(r, now)]
+    waiting = [
+        r
+        for r in claimable(records.values(), groups)
+        if not waits_for_job(r, now, groups[r.group].policy.job_defer_max_s)
+    ]
     shadowed = [r for r in waiting if groups[r.group].policy.dry_run]
     if shadowed:
         return f"{len(shadowed)} node(s) of dry-run groups to record"

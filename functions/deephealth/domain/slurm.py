@@ -21,10 +21,14 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
 from deephealth.domain.nodes import NodeRecord, NodeState, Verdict, short_hostname
 
-OWNED_PREFIX = "hpdhc: "
-AWAITING = OWNED_PREFIX + "awaiting deep health check"
-RUNNING_CHECK = OWNED_PREFIX + "deep health check running"
+OWNED_PREFIX = "hpdhc:"
+# Reasons as `sinfo -R` shows them (its first 20 characters tell them apart), then the instance and where to look.
+WAIT, CHECK, FAIL, INCONCLUSIVE, AMBIGUOUS = "wait", "check", "FAIL", "inconcl", "ambig"
+AWAITING = OWNED_PREFIX + WAIT + " not recorded by the controller yet"  # the bridge's own, for an unlisted node
 FEATURE_KEY = "HealthCheck"
+# The deep health check's tests as a failure line may name them (evidence), for `hpdhc:FAIL <test>`.
+_TESTS = (("dcgm", "dcgm"), ("efa", "efa"), ("nccl", "nccl"), ("stress", "stress"), ("gpupci", "gpupci"),
+          ("gpu pci", "gpupci"))  # fmt: skip
 
 
 class Feature(StrEnum):
@@ -42,6 +46,12 @@ class Desired:
     feature: Feature
 
 
+def reason(word: str, record: NodeRecord, what: str) -> str:
+    """`hpdhc:<word> <what>, <instance>; hpdhc history <cluster> <node>`: short enough for Slurm (< 400)."""
+    where = f"hpdhc history {record.cluster} {record.key}"
+    return f"{OWNED_PREFIX}{word} {what}, {record.instance_id or 'no instance'}; {where}"[:380]
+
+
 def desired_state(record: NodeRecord, isolate_until_checked: bool) -> Desired | None:
     """What Slurm should make of the node now; None: nothing (gone, or a dry-run group that only records)."""
     state = record.state
@@ -50,14 +60,34 @@ def desired_state(record: NodeRecord, isolate_until_checked: bool) -> Desired | 
     if state == NodeState.PASSED:
         return Desired(None, Feature.PASSED)
     if state in (NodeState.RECOVERY_DUE, NodeState.RECOVERING, NodeState.FAILED, NodeState.QUARANTINED):
-        return Desired(f"{OWNED_PREFIX}{state.value} after a failed deep health check", Feature.FAILED)
+        test = failed_test(record)
+        word = f"{FAIL} {test}" if test else FAIL
+        return Desired(reason(word, record, state.value.replace("_", " ")), Feature.FAILED)
     if state == NodeState.INCONCLUSIVE:
-        return Desired(f"{OWNED_PREFIX}deep health check inconclusive", Feature.SKIPPED)
+        return Desired(reason(INCONCLUSIVE, record, "deep health check proved nothing"), Feature.SKIPPED)
     # Pending or in a check: a node whose current instance passed its last check keeps taking jobs while it is
     # re-checked (revalidation); one never validated is isolated if its group says so.
     if _validated(record) or not isolate_until_checked:
         return Desired(None, Feature.PASSED if _validated(record) else Feature.IN_PROGRESS)
-    return Desired(RUNNING_CHECK if state == NodeState.CHECKING else AWAITING, Feature.IN_PROGRESS)
+    if state == NodeState.CHECKING:
+        return Desired(reason(CHECK, record, "deep health check running"), Feature.IN_PROGRESS)
+    return Desired(reason(WAIT, record, "deep health check not passed yet"), Feature.IN_PROGRESS)
+
+
+def ambiguous(name: str, records: Iterable[NodeRecord]) -> Desired:
+    """Two live records claim one Slurm name: neither is believed, and the node stays out of service."""
+    instances = " ".join(sorted(r.instance_id or r.key for r in records))
+    return Desired(f"{OWNED_PREFIX}{AMBIGUOUS} {name} claimed by {instances}; hpdhc nodes"[:380], Feature.IN_PROGRESS)
+
+
+def failed_test(record: NodeRecord) -> str | None:
+    """The test a failed node's evidence names first, if any (`dcgm`, `efa`, `nccl`, `stress`, `gpupci`)."""
+    for line in record.evidence:
+        lowered = line.lower()
+        for needle, test in _TESTS:
+            if needle in lowered:
+                return test
+    return None
 
 
 # -- occupancy: the bridge reports which nodes run jobs, so a round waits for busy nodes instead of letting HyperPod
@@ -71,7 +101,15 @@ OCCUPANCY_REFRESH_S = 300
 BUSY_FRESH_S = OCCUPANCY_REFRESH_S + 5 * SYNC_INTERVAL_S
 # A round that finds nothing to claim but nodes busy with jobs waits for them at most this long before it ends.
 JOB_WAIT_S = 300
-MAX_REPORTED_NODES = 1000
+# A node launched this long before the controller's first look at its cluster is adopted (in service before it
+# watched), not new: the group's `adopt` policy decides whether the bridge drains it.
+ADOPT_AFTER_S = 3600
+MAX_REPORTED_NODES = 1000  # per occupancy report
+# Nodes per page of the desired state: the bridge asks for pages this large, so a pass up to this size loads the
+# cluster's records once (about 300 bytes a node: 3 MB, under Lambda's 6 MB answer).
+MAX_STATE_PAGE = 10_000
+MAX_UNKNOWN_ECHOED = 20  # names an occupancy answer echoes back as unknown (it counts them all)
+HELD_MAX = 200
 SLURM_NODE_PATTERN = r"^[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?$"  # a short hostname: ip-10-1-2-3
 
 
@@ -80,6 +118,17 @@ class NodeOccupancy(BaseModel):
 
     node: Annotated[str, Field(pattern=SLURM_NODE_PATTERN)]  # the Slurm node name (short hostname)
     busy: StrictBool  # a job runs on the node
+    # The record's key, as the state document gave it: the report is read by key (no whole-cluster load).
+    key: Annotated[str, Field(min_length=1, max_length=128)] | None = None
+    # Someone else's claim on the node in Slurm (state words and reason), which the bridge leaves alone.
+    held: Annotated[str, Field(min_length=1, max_length=HELD_MAX)] | None = None
+
+    @field_validator("held")
+    @classmethod
+    def _printable(cls, held: str | None) -> str | None:
+        if held is not None and not held.isprintable():
+            raise ValueError("held must be printable text")
+        return held
 
 
 class OccupancyReport(BaseModel):
@@ -97,30 +146,51 @@ class OccupancyReport(BaseModel):
         return nodes
 
 
-def slurm_names(records: Iterable[NodeRecord]) -> dict[str, NodeRecord]:
-    """Slurm node name -> its record. A name HyperPod handed out again (a private IP reused) is the live record's,
-    else the one changed last."""
-    ranked = sorted(records, key=lambda r: (r.state != NodeState.GONE, r.updated_at, r.key))
-    return {name: r for r in ranked if (name := short_hostname(r.hostname))}
+def slurm_names(records: Iterable[NodeRecord]) -> dict[str, list[NodeRecord]]:
+    """Slurm node name -> the live records whose current instance has that name (gone and shadowed ones never
+    speak for a name). One record: the name's; two or more: ambiguous (a private IP reused while the old record
+    lives), and the node stays drained until one of them goes."""
+    names: dict[str, list[NodeRecord]] = {}
+    for r in sorted(records, key=lambda r: r.key):
+        if r.state in (NodeState.GONE, NodeState.SHADOWED):
+            continue
+        if name := short_hostname(r.hostname):
+            names.setdefault(name, []).append(r)
+    return names
 
 
-def with_occupancy(record: NodeRecord, busy: bool, now: float) -> NodeRecord | None:
-    """The record with the bridge's report, or None when that is not worth a write: only a node waiting for a
-    round uses it, and an unchanged report is written only to refresh it (OCCUPANCY_REFRESH_S)."""
-    if record.state != NodeState.PENDING:
-        return None
-    recent = record.slurm_busy_at is not None and now - record.slurm_busy_at < OCCUPANCY_REFRESH_S
-    if record.slurm_busy == busy and recent:
-        return None
-    return record.model_copy(update={"slurm_busy": busy, "slurm_busy_at": now})
+def with_occupancy(record: NodeRecord, busy: bool, held: str | None, now: float) -> NodeRecord | None:
+    """The record with the bridge's report, or None when that is not worth a write. A claim someone else holds is
+    written whenever it changes. Occupancy only matters to a node waiting for a round, and an unchanged report
+    is written only to refresh it (OCCUPANCY_REFRESH_S); the first busy report of a run starts the deferral."""
+    update: dict[str, object] = {}
+    if record.slurm_held != held:
+        update["slurm_held"] = held
+    if record.state == NodeState.PENDING:
+        recent = record.slurm_busy_at is not None and now - record.slurm_busy_at < OCCUPANCY_REFRESH_S
+        if record.slurm_busy != busy or not recent:
+            # A run of busy reports goes on while each comes before the last one went stale.
+            at = record.slurm_busy_at
+            going_on = record.slurm_busy and busy and at is not None and now - at <= BUSY_FRESH_S
+            since = record.slurm_busy_since if going_on and record.slurm_busy_since is not None else now
+            update |= {"slurm_busy": busy, "slurm_busy_at": now, "slurm_busy_since": since if busy else None}
+    return record.model_copy(update=update) if update else None
 
 
-def waits_for_job(record: NodeRecord, now: float) -> bool:
-    """A job runs on the node, as the bridge reported within BUSY_FRESH_S: its check waits, since HyperPod would
-    queue it behind the job and skip the node. An older report is not believed: a dead bridge never holds a
-    node back for good."""
+def waits_for_job(record: NodeRecord, now: float, defer_max_s: float | None = None) -> bool:
+    """A job runs on the node, as the bridge reported within BUSY_FRESH_S, and it has not deferred the node's check
+    longer than `defer_max_s` (the group's job_defer_max_s): its check waits, since HyperPod would queue it behind
+    the job and skip the node. An older report is not believed: a dead bridge never holds a node back for good,
+    and neither does a live one that reports busy for ever."""
     at = record.slurm_busy_at
-    return bool(record.slurm_busy) and at is not None and now - at <= BUSY_FRESH_S
+    fresh = bool(record.slurm_busy) and at is not None and now - at <= BUSY_FRESH_S
+    return fresh and not deferred_too_long(record, now, defer_max_s)
+
+
+def deferred_too_long(record: NodeRecord, now: float, defer_max_s: float | None) -> bool:
+    """The bridge has reported the node busy for longer than the bound."""
+    since = record.slurm_busy_since
+    return bool(record.slurm_busy) and defer_max_s is not None and since is not None and now - since > defer_max_s
 
 
 def job_wait(waiting: Iterable[NodeRecord], now: float) -> int:

@@ -67,6 +67,8 @@ def node_summary(record: NodeRecord) -> dict[str, Any]:
         "ready_at": record.ready_at,
         "verdict_at": record.verdict_at,
         "check_seconds": round(check_seconds(record), 1),
+        # Someone else's claim in Slurm, which the bridge leaves alone: "held by Slurm/admin: <claim>".
+        "slurm": f"held by Slurm/admin: {record.slurm_held}" if record.slurm_held else None,
     }
 
 

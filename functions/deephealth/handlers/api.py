@@ -16,7 +16,7 @@ from deephealth.domain.errors import ClusterNotFound, StaleRecord, Throttled, Tr
 from deephealth.domain.nodes import NodeState
 from deephealth.domain.on_demand import NODE_REF_PATTERN, CheckRequest
 from deephealth.domain.policy import GROUP_NAME_PATTERN
-from deephealth.domain.slurm import MAX_REPORTED_NODES, OccupancyReport
+from deephealth.domain.slurm import MAX_STATE_PAGE, OccupancyReport
 from deephealth.observability import MetricUnit, bridge_reported, logger, metrics
 from deephealth.usecases import operator_actions, operator_views, slurm_bridge
 from deephealth.wiring import build_context
@@ -91,7 +91,7 @@ def get_readings(cluster: Cluster) -> dict[str, Any]:
 @app.get("/clusters/<cluster>/slurm", summary="Slurm bridge: each node's desired Slurm state (paginated)")
 def slurm_state(
     cluster: Cluster,
-    limit: Annotated[int, Query(ge=1, le=MAX_REPORTED_NODES)] = MAX_REPORTED_NODES,
+    limit: Annotated[int, Query(ge=1, le=MAX_STATE_PAGE)] = MAX_STATE_PAGE,
     next_token: Annotated[str | None, Query(pattern=NODE_REF_PATTERN)] = None,
 ) -> dict[str, Any]:
     return slurm_bridge.slurm_state(CONTEXT, cluster, limit, next_token)

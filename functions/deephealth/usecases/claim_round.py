@@ -9,7 +9,7 @@ from deephealth.domain.errors import ClusterNotFound
 from deephealth.domain.nodes import NodeRecord, NodeState, transition
 from deephealth.domain.rounds import LEASE_TTL_S, RoundState, claimable, gather_delay, round_name, select_for_round
 from deephealth.domain.safety import admit_to_round
-from deephealth.domain.slurm import job_wait, waits_for_job
+from deephealth.domain.slurm import deferred_too_long, job_wait, waits_for_job
 from deephealth.observability import MetricUnit, logger, metrics
 from deephealth.usecases.context import ClusterView, Context
 from deephealth.usecases.decisions import notify, save_and_announce
@@ -32,8 +32,9 @@ def claim_round(ctx: Context, state: RoundState) -> RoundState:
     candidates = claimable(view.records.values(), view.groups)
     # Busy with a Slurm job (the bridge says so): HyperPod would queue the check behind the job and skip the node
     # after 10 min. It stays pending; the bridge's report that it is idle starts a round (usecases/slurm_bridge).
-    waiting = [r for r in candidates if waits_for_job(r, now)]
-    candidates = [r for r in candidates if not waits_for_job(r, now)]
+    bound = {name: g.policy.job_defer_max_s for name, g in view.groups.items()}
+    waiting = [r for r in candidates if waits_for_job(r, now, bound.get(r.group))]
+    candidates = [r for r in candidates if not waits_for_job(r, now, bound.get(r.group))]
     # Nodes an earlier round left settling: this round's looks judge them when their lines are due.
     judge_at = settling_elsewhere(view, round_id, now)
     state = state.model_copy(update={"judge_at": judge_at})
@@ -62,6 +63,7 @@ def claim_round(ctx: Context, state: RoundState) -> RoundState:
             for r in chosen
         ],
     )
+    announce_deferrals(ctx, view, [r for r in claimed if deferred_too_long(r, now, bound.get(r.group))], now)
     due = ctx.due(view)
     logger.info(
         "round claimed",
@@ -80,6 +82,28 @@ def claim_round(ctx: Context, state: RoundState) -> RoundState:
         wait = job_wait(waiting, now)
         return state.model_copy(update={"gather_s": wait, "claimed": 0, "recovery_due": 0, "gathered": True})
     return state.model_copy(update={"claimed": len(claimed), "recovery_due": len(due), "gathered": True})
+
+
+def announce_deferrals(ctx: Context, view: ClusterView, records: list[NodeRecord], now: float) -> None:
+    """Nodes claimed although the bridge still reports a job on them: it deferred their check past the group's
+    job_defer_max_s (HyperPod may skip a busy node; the verdict says so). Said once, when they are claimed."""
+    by_group: dict[str, list[NodeRecord]] = {}
+    for r in records:
+        by_group.setdefault(r.group, []).append(r)
+    for group, members in sorted(by_group.items()):
+        bound = view.groups[group].policy.job_defer_max_s
+        notify(
+            ctx,
+            "job-deferral",
+            view.info.name,
+            group,
+            f"hyperpod-dhc: {len(members)} node(s) of {group} busy with jobs for over {bound} s: checked anyway",
+            {
+                "nodes": [r.key for r in members][:50],
+                "busy_for_s": {r.key: round(now - (r.slurm_busy_since or now)) for r in members[:50]},
+                "job_defer_max_s": bound,
+            },
+        )
 
 
 def shadow_checks(ctx: Context, records: list[NodeRecord], view: ClusterView, round_id: str, now: float) -> None:

@@ -17,6 +17,7 @@ from deephealth.domain.nodes import (
 from deephealth.domain.observe import Observation, checked_for, close_out, observe
 from deephealth.domain.results import NameIndex, ResultLog
 from deephealth.domain.rounds import ListingWindow, expected_for
+from deephealth.domain.slurm import ADOPT_AFTER_S
 from deephealth.domain.verdicts import SKIP_GRACE_S, lines_due
 from deephealth.usecases.context import ClusterView, Context
 from deephealth.usecases.decisions import save_and_announce
@@ -37,8 +38,19 @@ def observe_cluster(
     changes += [c for r in view.previous.values() if (c := close_out(r, reason, ctx.clock(), trigger))]
     if changes and not view.records:
         ctx.table.register_cluster(cluster)
+    now = ctx.clock()
+    old = {k for k, s in snapshots.items() if s.launched_at is not None and now - s.launched_at > ADOPT_AFTER_S}
+    if any(r.version == 0 and r.key in old for r, _ in changes) and ctx.table.recorded_at(cluster) is None:
+        # The controller's first whole look at this cluster: nodes launched long before were there before it
+        # watched, and may run jobs. They are adopted: the group's `adopt` policy says whether they are drained.
+        changes = [(r.model_copy(update={"adopted": True}) if r.version == 0 and r.key in old else r, d)
+                   for r, d in changes]  # fmt: skip
     for saved in save_and_announce(ctx, changes):
         view.records[saved.key] = saved
+    if fresh:
+        # Every node of a whole listing is recorded now (a failed save raised above): the Slurm bridge may take a
+        # Slurm node its document does not list for a new one. Reconcile's looks write it, on the registry item.
+        ctx.table.register_cluster(cluster, recorded_at=ctx.clock())
     return view
 
 

@@ -1,70 +1,107 @@
-"""The Slurm bridge's two routes: each node's desired Slurm state, and which nodes run jobs.
+"""The Slurm bridge's two routes: each node's desired Slurm state, and which nodes run jobs (or are held by
+someone else in Slurm).
 
 The bridge (an agent on the cluster's Slurm controller node, `functions/hpdhc/bridge.py`) pulls the state, applies
 it with `scontrol`, and reports each node's occupancy, so that a round waits for a busy node instead of letting
 HyperPod skip it. Both read the stored records (rounds and Reconcile keep them fresh), never a HyperPod listing.
+
+One name, one record: a Slurm name is the short hostname of the live records whose current instance has it
+(`domain.slurm.slurm_names`); a name two live records claim is ambiguous and listed drained, with no key, so an
+occupancy report never lands on either. The document says whether it covers the whole cluster (`complete`: a
+whole listing was recorded) and carries a `generation` that only grows with the records, so the bridge neither
+drains a node a partial document does not list nor applies an older document over a newer one.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from deephealth.domain.nodes import short_hostname
-from deephealth.domain.slurm import SYNC_INTERVAL_S, NodeOccupancy, desired_state, slurm_names, with_occupancy
+from deephealth.domain.nodes import NodeRecord, short_hostname
+from deephealth.domain.slurm import (
+    MAX_UNKNOWN_ECHOED,
+    SYNC_INTERVAL_S,
+    Desired,
+    NodeOccupancy,
+    ambiguous,
+    desired_state,
+    slurm_names,
+    with_occupancy,
+)
 from deephealth.observability import logger
 from deephealth.usecases.context import Context
 from deephealth.usecases.decisions import save_and_announce
 
 
 def slurm_state(ctx: Context, cluster: str, limit: int, after: str | None) -> dict[str, Any]:
-    """One page of nodes that have a Slurm name and a desired state, ordered by node key; `after` is the last
-    key of the previous page."""
+    """One page of Slurm names with a desired state, ordered by name; `after` is the last name of the previous page.
+    The bridge asks for pages as large as the route allows, so a pass loads the cluster's records once."""
     ctx.known_cluster(cluster)
     view = ctx.shown(cluster)
     isolating = {name for name, group in view.groups.items() if group.isolating}
-    nodes: list[tuple[str, dict[str, Any]]] = []
-    for r in sorted(view.records.values(), key=lambda r: r.key):
-        if after is not None and r.key <= after:
+    # Adopted nodes of a group that checks them when idle stay in service until their check.
+    adopting = {name for name, group in view.groups.items() if group.policy.adopt == "check-when-idle"}
+    names = slurm_names(view.records.values())
+    entries: list[dict[str, Any]] = []
+    next_token = None
+    for name in sorted(names):
+        if after is not None and name <= after:
             continue
-        desired = desired_state(r, r.group in isolating)
-        if desired is None or not r.hostname:
+        entry = _entry(name, names[name], isolating, adopting)
+        if entry is None:
             continue
-        if len(nodes) == limit:  # one more than the page holds: there is a next page
-            return _page(cluster, isolating, nodes, next_token=nodes[-1][0])
-        entry = {
-            "node": short_hostname(r.hostname),
-            "logical_id": r.logical_id,
-            "instance_id": r.instance_id,
-            "group": r.group,
-            "state": r.state.value,
-            "reason": desired.reason,
-            "feature": desired.feature.value,
-        }
-        nodes.append((r.key, entry))
-    return _page(cluster, isolating, nodes, next_token=None)
-
-
-def _page(
-    cluster: str, isolating: set[str], nodes: list[tuple[str, dict[str, Any]]], next_token: str | None
-) -> dict[str, Any]:
+        if len(entries) == limit:  # one more than the page holds: there is a next page
+            next_token = entries[-1]["node"]
+            break
+        entries.append(entry)
     return {
         "cluster": cluster,
         "sync_interval_s": SYNC_INTERVAL_S,
         "isolating_groups": sorted(isolating),
-        "nodes": [entry for _, entry in nodes],
+        # Every node HyperPod listed at the last whole look is recorded: a Slurm node not listed here is new.
+        "complete": ctx.table.recorded_at(cluster) is not None,
+        "generation": max((r.updated_at for r in view.records.values()), default=0.0),
+        "nodes": entries,
         "next_token": next_token,
     }
 
 
+def _entry(name: str, records: list[NodeRecord], isolating: set[str], adopting: set[str]) -> dict[str, Any] | None:
+    desired: Desired | None
+    if len(records) > 1:
+        desired, record = ambiguous(name, records), None
+    else:
+        record = records[0]
+        kept_in_service = record.adopted and record.group in adopting
+        desired = desired_state(record, record.group in isolating and not kept_in_service)
+    if desired is None:
+        return None
+    return {
+        "node": name,
+        "key": record.key if record else None,
+        "logical_id": record.logical_id if record else None,
+        "instance_id": record.instance_id if record else None,
+        "group": record.group if record else None,
+        "state": record.state.value if record else "ambiguous",
+        "reason": desired.reason,
+        "feature": desired.feature.value,
+    }
+
+
 def report_occupancy(ctx: Context, cluster: str, nodes: list[NodeOccupancy], now: float) -> dict[str, Any]:
-    """Record which nodes run jobs. Only nodes waiting for a round are written, and only when their occupancy
-    changed or is due a refresh (`domain.slurm.with_occupancy`); a write that loses a race is skipped (the next
-    report writes it). A waiting node the bridge now reports idle starts a round, which claims it."""
+    """Record which nodes run jobs and which someone else holds in Slurm. A report names each node's key (from the
+    document), so only those records are read; one whose record no longer has that name (replaced, reused) is
+    unknown. Only changes and due refreshes are written (`domain.slurm.with_occupancy`); a write that loses a race
+    is skipped (the next report writes it). A waiting node the bridge now reports idle starts a round."""
     ctx.known_cluster(cluster)
-    # No DescribeCluster: records of an earlier cluster of the same name are gone, and only waiting ones are written.
-    by_name = slurm_names(ctx.table.load_cluster(cluster).values())
+    if all(n.key for n in nodes):
+        loaded = ctx.table.load_nodes(cluster, {n.key for n in nodes if n.key})
+        by_name = {n.node: r for n in nodes if (r := loaded.get(n.key or "")) and _names(r, n.node)}
+    else:  # a bridge older than the keys: the whole cluster, by name
+        by_name = {
+            name: rs[0] for name, rs in slurm_names(ctx.table.load_cluster(cluster).values()).items() if len(rs) == 1
+        }
     unknown = [n.node for n in nodes if n.node not in by_name]
-    changes = [u for n in nodes if n.node in by_name and (u := with_occupancy(by_name[n.node], n.busy, now))]
+    changes = [u for n in nodes if n.node in by_name and (u := with_occupancy(by_name[n.node], n.busy, n.held, now))]
     saved = save_and_announce(ctx, changes)
     busy_before = {r.key for r in by_name.values() if r.slurm_busy}
     freed = [r.key for r in saved if r.key in busy_before and not r.slurm_busy]
@@ -72,6 +109,16 @@ def report_occupancy(ctx: Context, cluster: str, nodes: list[NodeOccupancy], now
         ctx.start_round(cluster)
     logger.info(
         "slurm occupancy",
-        extra={"cluster": cluster, "reported": len(nodes), "updated": len(saved), "freed": freed[:20]},
+        extra={
+            "cluster": cluster,
+            "reported": len(nodes),
+            "updated": len(saved),
+            "freed": freed[:20],
+            "held": sum(1 for n in nodes if n.held),
+        },
     )
-    return {"updated": len(saved), "unknown": unknown}
+    return {"updated": len(saved), "unknown": unknown[:MAX_UNKNOWN_ECHOED], "unknown_count": len(unknown)}
+
+
+def _names(record: NodeRecord, name: str) -> bool:
+    return short_hostname(record.hostname) == name

@@ -1,4 +1,4 @@
-"""The Slurm bridge against a real Slurm 22.05 (tests/integration/slurm_cluster.py): the agent's own `sync_once` and
+"""The Slurm bridge against a real Slurm 22.05 (tests/bridge/slurm_cluster.py): the agent's own `sync_once` and
 `Scontrol`, with a controller serving documents as the API contract says (in process, or over HTTP through
 `OperatorClient`). Every test starts from an idle cluster: ip-10-0-0-1 and -2 in partition `dev` (instance group
 `p5-workers`, features gpu,efa), ip-10-0-0-3 in `cpu` (`cpu-workers`, no features)."""
@@ -14,34 +14,37 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from hpdhc import cli
-from hpdhc.bridge import AWAITING, ApiController, Controller, SyncResult, sync_once
+from hpdhc import bridge, cli, gate
 from hpdhc.client import OperatorClient
 from hpdhc.scontrol import Scontrol, SlurmNode
-from tests.integration.slurm_cluster import PROVISIONING_PARAMETERS, SlurmCluster
+from hpdhc.sync import AWAITING, FEATURES, ApiController, Controller, SyncResult, sync_once
+from tests.bridge.slurm_cluster import PROVISIONING_PARAMETERS, SlurmCluster, wait_for
 
 A, B, C = "ip-10-0-0-1", "ip-10-0-0-2", "ip-10-0-0-3"
 CLUSTER = "ml-cluster"
 PARTITIONS = {g["partition_name"]: g["instance_group_name"] for g in PROVISIONING_PARAMETERS["worker_groups"]}
-RUNNING = "hpdhc: deep health check running"
-FAILED = "hpdhc: failed after a failed deep health check"
+WAITING = "hpdhc:wait deep health check not passed yet, i-0123456789abcdef0; hpdhc history ml-cluster lid"
+RUNNING = "hpdhc:check deep health check running, i-0123456789abcdef0; hpdhc history ml-cluster lid"
+FAILED = "hpdhc:FAIL dcgm failed, i-0123456789abcdef0; hpdhc history ml-cluster lid"
+ALL = ",".join(FEATURES)
 
 
 def entry(node: str, reason: str | None, feature: str = "HealthCheck:InProgress") -> dict:
-    return {"node": node, "logical_id": f"lid-{node}", "instance_id": "i-0123456789abcdef0", "group": "p5-workers",
-            "state": "pending", "reason": reason, "feature": feature}  # fmt: skip
+    return {"node": node, "key": f"lid-{node}", "logical_id": f"lid-{node}", "instance_id": "i-0123456789abcdef0",
+            "group": "p5-workers", "state": "pending", "reason": reason, "feature": feature}  # fmt: skip
 
 
-def document(*entries: dict, isolating: tuple[str, ...] = ("p5-workers",)) -> dict:
+def document(*entries: dict, isolating: tuple[str, ...] = ("p5-workers",), complete: bool = True,
+             generation: float = 1.0) -> dict:  # fmt: skip
     return {"cluster": CLUSTER, "sync_interval_s": 60, "isolating_groups": list(isolating), "nodes": list(entries),
-            "next_token": None}  # fmt: skip
+            "complete": complete, "generation": generation, "next_token": None}  # fmt: skip
 
 
 class FakeController(Controller):
     """The controller's side of the contract, in process: the document it serves, the occupancy it heard."""
 
-    def __init__(self, *entries: dict, isolating: tuple[str, ...] = ("p5-workers",)) -> None:
-        self.document: dict = document(*entries, isolating=isolating)
+    def __init__(self, *entries: dict, isolating: tuple[str, ...] = ("p5-workers",), complete: bool = True) -> None:
+        self.document: dict = document(*entries, isolating=isolating, complete=complete)
         self.reports: list[list[dict]] = []
 
     def desired(self, cluster: str) -> dict:
@@ -57,11 +60,11 @@ class RecordingScontrol(Scontrol):
 
     def __init__(self) -> None:
         super().__init__()
-        self.updates: list[tuple[str, list[str]]] = []
+        self.updates: list[tuple[str, list[str]]] = []  # one per node named
 
-    def update(self, node: str, args: list[str]) -> None:
-        self.updates.append((node, args))
-        super().update(node, args)
+    def update(self, nodes, args: list[str]) -> None:
+        self.updates += [(node, args) for node in nodes]
+        super().update(nodes, args)
 
 
 def sync(controller: Controller, scontrol: Scontrol | None = None) -> SyncResult:
@@ -154,21 +157,22 @@ def api():
 
 def test_new_nodes_are_drained_with_our_reason_and_labelled_keeping_their_features(slurm: SlurmCluster):
     controller = FakeController(
-        entry(A, AWAITING), entry(B, RUNNING), entry(C, None, "HealthCheck:Passed"), isolating=()
+        entry(A, WAITING), entry(B, RUNNING), entry(C, None, "HealthCheck:Passed"), isolating=()
     )
-    result = sync(controller)
+    scontrol = RecordingScontrol()
+    result = sync(controller, scontrol)
     assert result.errors == []
     assert result.applied == {
-        A: ["State=DRAIN", f"Reason={AWAITING}", "AvailableFeatures=gpu,efa,HealthCheck:InProgress",
+        A: ["State=DRAIN", f"Reason={WAITING}", f"AvailableFeatures=gpu,efa,{ALL}",
             "ActiveFeatures=gpu,efa,HealthCheck:InProgress"],
-        B: ["State=DRAIN", f"Reason={RUNNING}", "AvailableFeatures=gpu,efa,HealthCheck:InProgress",
+        B: ["State=DRAIN", f"Reason={RUNNING}", f"AvailableFeatures=gpu,efa,{ALL}",
             "ActiveFeatures=gpu,efa,HealthCheck:InProgress"],
-        C: ["AvailableFeatures=HealthCheck:Passed", "ActiveFeatures=HealthCheck:Passed"],
+        C: [f"AvailableFeatures={ALL}", "ActiveFeatures=HealthCheck:Passed"],
     }  # fmt: skip
     a = slurm.line(A)
     assert field(a, "State") == "IDLE+DRAIN"
-    assert field(a, "Reason").startswith(AWAITING + " [root@")  # Slurm stamps who drained it and when
-    assert (field(a, "AvailableFeatures"), field(a, "ActiveFeatures")) == ("gpu,efa,HealthCheck:InProgress",) * 2
+    assert field(a, "Reason").startswith(WAITING + " [root@")  # Slurm stamps who drained it and when
+    assert (field(a, "AvailableFeatures"), field(a, "ActiveFeatures")) == (f"gpu,efa,{ALL}", "gpu,efa," + FEATURES[0])
     assert field(slurm.line(B), "Reason").startswith(RUNNING + " [")
     c = slurm.line(C)
     assert field(c, "State") == "IDLE" and " Reason=" not in c and field(c, "ActiveFeatures") == "HealthCheck:Passed"
@@ -179,7 +183,7 @@ def test_new_nodes_are_drained_with_our_reason_and_labelled_keeping_their_featur
 
 
 def test_a_rerun_with_nothing_changed_runs_no_update(slurm: SlurmCluster):
-    controller = FakeController(entry(A, AWAITING), entry(B, None, "HealthCheck:Passed"), entry(C, FAILED))
+    controller = FakeController(entry(A, WAITING), entry(B, None, "HealthCheck:Passed"), entry(C, FAILED))
     assert sync(controller).applied.keys() == {A, B, C}
     scontrol = RecordingScontrol()
     again = sync(controller, scontrol)
@@ -188,7 +192,7 @@ def test_a_rerun_with_nothing_changed_runs_no_update(slurm: SlurmCluster):
 
 
 def test_our_reason_is_reworded_as_the_check_moves_on_and_a_passed_node_takes_jobs_again(slurm: SlurmCluster):
-    controller = FakeController(entry(A, AWAITING))
+    controller = FakeController(entry(A, WAITING))
     sync(controller)
     drained_at = field(slurm.line(A), "Reason")
 
@@ -199,9 +203,8 @@ def test_our_reason_is_reworded_as_the_check_moves_on_and_a_passed_node_takes_jo
     assert field(line, "Reason") != drained_at
 
     controller.document = document(entry(A, None, "HealthCheck:Passed"))
-    assert sync(controller).applied == {
-        A: ["State=RESUME", "AvailableFeatures=gpu,efa,HealthCheck:Passed", "ActiveFeatures=gpu,efa,HealthCheck:Passed"]
-    }
+    assert sync(controller).applied == {A: [
+        "State=RESUME", f"AvailableFeatures=gpu,efa,{ALL}", "ActiveFeatures=gpu,efa,HealthCheck:Passed"]}  # fmt: skip
     line = slurm.line(A)
     assert "DRAIN" not in field(line, "State") and " Reason=" not in line
     assert field(line, "ActiveFeatures") == "gpu,efa,HealthCheck:Passed"
@@ -209,25 +212,41 @@ def test_our_reason_is_reworded_as_the_check_moves_on_and_a_passed_node_takes_jo
     assert sync(controller).applied == {}
 
 
-@pytest.mark.parametrize("reason", ["admin maintenance", "Action:Reboot"])
-def test_a_drain_someone_else_set_is_left_alone_and_never_resumed(slurm: SlurmCluster, reason: str):
-    slurm.run("scontrol", "update", f"NodeName={A}", "State=DRAIN", f"Reason={reason}")
-    slurm.run("scontrol", "update", f"NodeName={B}", "State=DRAIN", f"Reason={reason}")
-    theirs = {node: field(slurm.line(node), "Reason") for node in (A, B)}  # with Slurm's [user@time] stamp
-    controller = FakeController(entry(A, None, "HealthCheck:Passed"), entry(B, AWAITING))
-    for _ in range(2):
-        result = sync(controller)
-        for node in (A, B):
-            line = slurm.line(node)
-            assert field(line, "State") == "IDLE+DRAIN" and field(line, "Reason") == theirs[node]
-    assert result.applied == {}, "the label was set once, the drain never touched"
-    assert field(slurm.line(A), "ActiveFeatures") == "gpu,efa,HealthCheck:Passed"
-    assert field(slurm.line(B), "ActiveFeatures") == "gpu,efa,HealthCheck:InProgress"
+def _hold(slurm: SlurmCluster, node: str, how: str) -> None:
+    if how == "admin DOWN":
+        slurm.run("scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=bad dimm, do not use")
+    elif how == "FAIL Action:Reboot":  # how the awsome-distributed-training health_check asks HyperPod to reboot
+        slurm.run("scontrol", "update", f"NodeName={node}", "State=FAIL", "Reason=Action:Reboot")
+    elif how == "admin DRAIN":
+        slurm.run("scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=admin maintenance")
+    else:  # Slurm's own: slurmd gone, marked DOWN "Not responding" (what SlurmdTimeout does, without the wait)
+        slurm.stop_slurmd(node)
+        slurm.run("scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=Not responding")
+
+
+@pytest.mark.parametrize("how", ["admin DOWN", "FAIL Action:Reboot", "admin DRAIN", "Not responding"])
+def test_a_node_someone_else_holds_survives_a_whole_controller_cycle_untouched_and_unresumed(slurm, how):
+    _hold(slurm, A, how)
+    before = slurm.line(A)
+    theirs, state = field(before, "Reason"), field(before, "State")
+    scontrol = RecordingScontrol()
+    controller = FakeController(entry(A, WAITING), entry(B, WAITING))
+    for reason, feature in ((WAITING, FEATURES[0]), (RUNNING, FEATURES[0]), (None, "HealthCheck:Passed")):
+        controller.document = document(entry(A, reason, feature), entry(B, reason, feature))
+        result = sync(controller, scontrol)
+        line = slurm.line(A)
+        assert field(line, "Reason") == theirs, f"{how}: reason kept ({line})"
+        assert A in result.held and controller.reports[-1][0]["held"] == result.held[A]
+    assert [node for node, _ in scontrol.updates if node == A] == [], "not one update on it"
+    assert {node for node, _ in scontrol.updates} == {B}
+    after = field(slurm.line(A), "State")
+    assert after.split("+")[0] != "IDLE" or "+" in after, f"not back in service: {after} (was {state})"
+    assert field(slurm.line(A), "ActiveFeatures") == "gpu,efa", "not even relabelled"
 
 
 def test_a_running_job_is_not_killed_when_its_node_is_drained_and_is_reported_busy(slurm: SlurmCluster):
     job = slurm.sbatch(A)
-    controller = FakeController(entry(A, AWAITING), entry(B, AWAITING))
+    controller = FakeController(entry(A, WAITING), entry(B, WAITING))
     scontrol = RecordingScontrol()
     result = sync(controller, scontrol)
     assert [node for node, _ in scontrol.updates] == [A, B] and result.errors == []
@@ -246,8 +265,11 @@ def test_a_running_job_is_not_killed_when_its_node_is_drained_and_is_reported_bu
     assert states == {"State=DRAIN"}, "nothing but drains: no DOWN, no FAIL"
 
 
-def test_a_node_the_controller_does_not_list_is_drained_when_its_partition_isolates(slurm: SlurmCluster):
+def test_an_unlisted_node_is_drained_only_when_the_document_covers_the_cluster(slurm: SlurmCluster):
     slurm.run("scontrol", "update", f"NodeName={C}", "State=DRAIN", "Reason=admin maintenance")
+    partial = FakeController(entry(A, None, "HealthCheck:Passed"), isolating=("p5-workers",), complete=False)
+    assert B not in sync(partial).applied, "a partial document proves nothing about B"
+    assert field(slurm.line(B), "State") == "IDLE"
     controller = FakeController(entry(A, None, "HealthCheck:Passed"), isolating=("p5-workers", "cpu-workers"))
     result = sync(controller)
     # B (partition dev: p5-workers isolates) registered but not recorded: drained, no job before its check.
@@ -256,18 +278,88 @@ def test_a_node_the_controller_does_not_list_is_drained_when_its_partition_isola
     assert C not in result.applied and field(slurm.line(C), "Reason").startswith("admin maintenance ")
     assert [r["node"] for r in result.reported] == [A], "only listed nodes are reported"
 
-    # The controller records B; its group isolates no more (or it passed): our drain is lifted.
+    # The controller records B and it passes: our drain is lifted.
     controller.document = document(entry(A, None, "HealthCheck:Passed"), entry(B, None, "HealthCheck:Passed"))
     assert sync(controller).applied[B][0] == "State=RESUME"
     assert "DRAIN" not in field(slurm.line(B), "State")
 
-    # A group that does not isolate leaves its unknown nodes alone.
-    slurm.run("scontrol", "update", f"NodeName={C}", "State=RESUME")
-    assert C not in sync(FakeController(entry(A, None, "HealthCheck:Passed"))).applied
+
+def test_an_empty_document_drains_nothing(slurm: SlurmCluster):
+    before = comparable(slurm.nodes())
+    scontrol = RecordingScontrol()
+    result = sync(FakeController(isolating=("p5-workers", "cpu-workers"), complete=False), scontrol)
+    assert scontrol.updates == [] and result.errors == [] and comparable(slurm.nodes()) == before
+
+
+def test_a_reused_name_the_controller_calls_ambiguous_is_never_resumed(slurm: SlurmCluster):
+    ambiguous = {**entry(A, "hpdhc:ambig ip-10-0-0-1 claimed by i-0aaa i-0bbb; hpdhc nodes"), "key": None,
+                 "state": "ambiguous"}  # what GET /slurm lists for a name two live records claim  # fmt: skip
+    controller = FakeController(ambiguous)
+    for _ in range(2):
+        sync(controller)
+        assert field(slurm.line(A), "State") == "IDLE+DRAIN"
+        assert field(slurm.line(A), "Reason").startswith("hpdhc:ambig ip-10-0-0-1")
+    job = slurm.run("sbatch", "--parsable", "-w", A, "-p", "dev", "-o", "/dev/null", "--wrap", "true").strip()
+    time.sleep(1)
+    assert slurm.job_state(job) == "PENDING"
+
+
+# ---------------------------------------------------------------------- no job before the check: the gate at boot
+
+
+def _new_node(slurm: SlurmCluster, node: str) -> str:
+    """`node` as a new instance before its slurmd: known to slurmctld, DOWN `Not responding`; a job queued for it."""
+    slurm.stop_slurmd(node)
+    slurm.run("scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=Not responding")
+    return slurm.run("sbatch", "--parsable", "-w", node, "-p", "dev", "-o", "/dev/null", "--wrap", "sleep 30").strip()
+
+
+def _registered(slurm: SlurmCluster, node: str) -> bool:
+    return "DOWN" not in field(slurm.line(node), "State")
+
+
+def test_without_the_gate_a_job_queued_before_slurmd_starts_runs_within_seconds(slurm: SlurmCluster):
+    job = _new_node(slurm, A)
+    slurm.start_slurmd(A)
+    wait_for(lambda: slurm.job_state(job) == "RUNNING", "the job to start on the new node", slurm.logs)
+
+
+@pytest.mark.parametrize("api_up", [True, False])
+def test_with_the_gate_a_job_queued_before_slurmd_starts_waits_for_the_pass(slurm: SlurmCluster, api: Api, api_up,
+                                                                            tmp_path):  # fmt: skip
+    job = _new_node(slurm, A)
+    assert gate.main(["node-boot", "--node", A, "--wait", "5"]) == 0  # the lifecycle script, before slurmd
+    assert field(slurm.line(A), "Reason").startswith(gate.BOOT_REASON)
+    slurm.start_slurmd(A)
+    wait_for(lambda: _registered(slurm, A), "the new node to register", slurm.logs)
+    parameters = tmp_path / "p.json"
+    parameters.write_text(json.dumps(PROVISIONING_PARAMETERS))
+    argv = ["bridge", "--cluster", CLUSTER, "--endpoint", api.endpoint, "--once", "--provisioning-parameters",
+            str(parameters), "--state-dir", str(tmp_path / "state")]  # fmt: skip
+    api.document = document(entry(A, WAITING), entry(B, None, "HealthCheck:Passed"))
+    api.status = 200 if api_up else 503
+    for _ in range(3):  # passes while the check runs (or the API is down): the node stays out
+        assert cli.main(argv) == (0 if api_up else bridge.EXIT_API)
+        time.sleep(1)
+        assert slurm.job_state(job) == "PENDING" and "DRAIN" in field(slurm.line(A), "State")
+    api.status = 200
+    api.document = document(entry(A, None, "HealthCheck:Passed"), entry(B, None, "HealthCheck:Passed"))
+    assert cli.main(argv) == 0
+    wait_for(lambda: slurm.job_state(job) == "RUNNING", "the job to start once the node passed", slurm.logs)
+
+
+def test_the_gate_leaves_a_node_an_admin_holds(slurm: SlurmCluster):
+    slurm.run("scontrol", "update", f"NodeName={A}", "State=DRAIN", "Reason=admin: rack 7")
+    assert gate.main(["node-boot", "--node", A, "--wait", "1"]) == 0
+    assert field(slurm.line(A), "Reason").startswith("admin: rack 7")
+    assert gate.main(["node-boot", "--node", "ip-10-0-0-99", "--wait", "0"]) == bridge.EXIT_SLURM
+
+
+# ---------------------------------------------------------------------- through the API, the CLI and its guards
 
 
 def test_an_unreachable_or_failing_controller_changes_nothing(slurm: SlurmCluster, api: Api):
-    sync(FakeController(entry(A, AWAITING)))  # something of ours to resume, if anything were read
+    sync(FakeController(entry(A, WAITING)))  # something of ours to resume, if anything were read
     before = comparable(slurm.nodes())
     with_everything_to_change = document(
         entry(A, None, "HealthCheck:Passed"), entry(B, FAILED), isolating=("cpu-workers",)
@@ -287,30 +379,42 @@ def test_an_unreachable_or_failing_controller_changes_nothing(slurm: SlurmCluste
 
 def test_through_the_api_client_pages_and_signed_requests(slurm: SlurmCluster, api: Api):
     job = slurm.sbatch(C)
-    api.document = document(entry(A, AWAITING), entry(B, RUNNING), entry(C, FAILED, "HealthCheck:Failed"))
+    api.document = document(entry(A, WAITING), entry(B, RUNNING), entry(C, FAILED, "HealthCheck:Failed"))
     result = sync(ApiController(OperatorClient(api.endpoint)))
     assert result.errors == [] and result.applied.keys() == {A, B, C}
     assert [(m, p, q) for m, p, q, _ in api.requests] == [
-        ("GET", f"/clusters/{CLUSTER}/slurm", {"limit": ["1000"]}),
-        ("GET", f"/clusters/{CLUSTER}/slurm", {"limit": ["1000"], "next_token": ["2"]}),
+        ("GET", f"/clusters/{CLUSTER}/slurm", {"limit": ["10000"]}),
+        ("GET", f"/clusters/{CLUSTER}/slurm", {"limit": ["10000"], "next_token": ["2"]}),
         ("POST", f"/clusters/{CLUSTER}/slurm/occupancy", {}),
     ]
     assert all(auth.startswith("AWS4-HMAC-SHA256 ") for *_, auth in api.requests), "SigV4-signed"
-    assert api.occupancy == [
-        {"nodes": [{"node": A, "busy": False}, {"node": B, "busy": False}, {"node": C, "busy": True}]}
-    ]
+    assert api.occupancy == [{"nodes": [{"node": A, "busy": False}, {"node": B, "busy": False},
+                                        {"node": C, "busy": True}]}]  # fmt: skip
     assert field(slurm.line(C), "State") == "ALLOCATED+DRAIN" and slurm.job_state(job) == "RUNNING"
 
 
-def test_hpdhc_bridge_once(slurm: SlurmCluster, api: Api, tmp_path):
+def test_hpdhc_bridge_once_dry_run_and_a_second_bridge(slurm: SlurmCluster, api: Api, tmp_path, capsys):
     parameters = tmp_path / "provisioning_parameters.json"
     parameters.write_text(json.dumps(PROVISIONING_PARAMETERS))
     api.document = document(entry(A, None, "HealthCheck:Passed"))
-    argv = ["bridge", "--cluster", CLUSTER, "--endpoint", api.endpoint, "--once", "--provisioning-parameters",
-            str(parameters)]  # fmt: skip
-    assert cli.main(argv) == 0
+    argv = ["bridge", "--cluster", CLUSTER, "--endpoint", api.endpoint, "--provisioning-parameters", str(parameters),
+            "--state-dir", str(tmp_path / "state")]  # fmt: skip
+    before = comparable(slurm.nodes())
+    assert cli.main([*argv, "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert comparable(slurm.nodes()) == before and api.occupancy == [], "a dry run changes nothing"
+    assert f'scontrol update NodeName={B} State=DRAIN Reason="{AWAITING}"' in out
+    assert f"scontrol update NodeName={A} AvailableFeatures=gpu,efa,{ALL}" in out
+
+    with bridge.single_instance(tmp_path / "state", CLUSTER):  # another bridge runs: this one changes nothing
+        assert cli.main([*argv, "--once"]) == bridge.EXIT_LOCKED
+    assert comparable(slurm.nodes()) == before
+
+    assert cli.main([*argv, "--once"]) == 0
     assert field(slurm.line(A), "ActiveFeatures") == "gpu,efa,HealthCheck:Passed"
     assert field(slurm.line(B), "Reason").startswith(AWAITING), "unknown in an isolating partition"
     assert field(slurm.line(C), "State") == "IDLE"
     api.status = 503
-    assert cli.main(argv) == 1
+    assert cli.main([*argv, "--once"]) == bridge.EXIT_API
+    api.status = 403
+    assert cli.main([*argv, "--once"]) == bridge.EXIT_AUTH

@@ -82,6 +82,7 @@ class SlurmCluster:
     root: Path
     conf: Path
     processes: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    slurmd: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)  # node -> its running slurmd
 
     @property
     def env(self) -> dict[str, str]:
@@ -113,13 +114,31 @@ class SlurmCluster:
     def job_state(self, job: str) -> str:
         return self.run("squeue", "-h", "-j", job, "-o", "%T").strip()
 
+    def stop_slurmd(self, name: str) -> None:
+        """The node's slurmd stops (a node not up yet, or gone): slurmctld has not noticed until SlurmdTimeout."""
+        process = self.slurmd.pop(name)
+        _terminate(process)
+        self.processes.remove(process)
+
+    def start_slurmd(self, name: str) -> None:
+        """The node's slurmd starts and registers (what a lifecycle script does last)."""
+        self.slurmd[name] = _spawn(self, "slurmd", "-D", "-N", name, "-f", str(self.conf))
+
     def reset(self) -> None:
-        """Back to the state slurm.conf gives: no jobs, every node IDLE with its configured features."""
+        """Back to the state slurm.conf gives: no jobs, every slurmd up, every node IDLE with its configured
+        features."""
         self.run("scancel", "--quiet", "--user=root")
         wait_for(lambda: not self.run("squeue", "-h", "-o", "%i").strip(), "no jobs left")
+        for name in NODES:
+            if name not in self.slurmd or self.slurmd[name].poll() is not None:
+                self.slurmd.pop(name, None)
+                self.start_slurmd(name)
         for name, node in self.nodes().items():
-            if node.drained:
-                self.run("scontrol", "update", f"NodeName={name}", "State=RESUME")
+            if node.drained or {"DOWN", "FAIL"} & set(node.states):
+                # A slurmd just started may register (ReturnToService=2 lifts its DOWN) before this runs, and
+                # Slurm then refuses the resume: wait_idle below says whether the node came back.
+                with contextlib.suppress(AssertionError):
+                    self.run("scontrol", "update", f"NodeName={name}", "State=RESUME")
             if ",".join(node.available or ()) != FEATURES[name]:
                 features = FEATURES[name]
                 self.run(
@@ -229,7 +248,8 @@ def _start(cluster: SlurmCluster) -> None:
         ctld_port, *node_ports = _free_ports(1 + len(NODES))
         cluster.conf.write_text(_conf(root, ctld_port, node_ports))
         daemons = [_spawn(cluster, "slurmctld", "-D", "-i", "-f", str(cluster.conf))]
-        daemons += [_spawn(cluster, "slurmd", "-D", "-N", name, "-f", str(cluster.conf)) for name in NODES]
+        cluster.slurmd = {name: _spawn(cluster, "slurmd", "-D", "-N", name, "-f", str(cluster.conf)) for name in NODES}
+        daemons += cluster.slurmd.values()
         if _up(cluster, daemons, deadline=time.monotonic() + STARTUP_TIMEOUT_S / ATTEMPTS):
             return
         for daemon in daemons:

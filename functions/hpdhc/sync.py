@@ -1,0 +1,382 @@
+"""One pass of the Slurm bridge (`hpdhc bridge`, hpdhc.bridge runs it every interval): read the controller's
+desired state, read Slurm's, apply the difference, report occupancy and claims. Pure rules (`changes`,
+`unlisted_node_changes`, `read_document`) and `sync_once`, which takes any `Controller` and `Slurm`, so the digital
+twin runs the same logic without subprocesses.
+
+It changes a node only when nothing and nobody else has a claim on it (`hpdhc.scontrol.SlurmNode.claim`: every
+state word one of use, any reason ours). An admin's DOWN or DRAIN, HyperPod's `FAIL Action:Reboot`, Slurm's `Not
+responding`: the node is left exactly as it is, and the controller hears "held: <claim>". A Slurm node the
+controller does not list is drained (`hpdhc:wait`) only when the document says the cluster is fully recorded
+(`complete`) and the node's partition belongs to an isolating group; a document older than the last applied
+(`generation`) is not applied. When the controller is unreachable, the last applied document (`Memory`) still
+drains new nodes of isolating partitions; nothing is resumed without a fresh answer.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from hpdhc.client import ApiError, Json, OperatorClient
+from hpdhc.scontrol import OWNED_PREFIX, UPDATE_BATCH, Slurm, SlurmError, SlurmNode, SlurmUnreachable
+
+# The controller's vocabulary (deephealth.domain.slurm holds the same; tests/unit/test_slurm_contract.py checks).
+FEATURE_KEY = "HealthCheck"
+FEATURES = ("HealthCheck:InProgress", "HealthCheck:Passed", "HealthCheck:Failed", "HealthCheck:Skipped")
+AWAITING = OWNED_PREFIX + "wait not recorded by the controller yet"
+HELD_MAX = 200  # characters of a foreign claim reported back to the controller
+
+# What stopped a pass, as the agent's exit code (an admin, or systemd's RestartPreventExitStatus, tells them apart).
+EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, EXIT_AUTH, EXIT_API, EXIT_SLURM, EXIT_CONFIG, EXIT_LOCKED = range(8)
+
+log = logging.getLogger("hpdhc.bridge")
+
+
+# ---------------------------------------------------------------------- desired vs actual (pure)
+
+
+@dataclass(frozen=True)
+class Desired:
+    """A node's desired Slurm state: drained with `reason` (owned), or not drained by us (`reason` None)."""
+
+    reason: str | None
+    feature: str  # one of FEATURES
+
+
+def changes(desired: Desired, actual: SlurmNode) -> list[str]:
+    """`scontrol update` arguments (after `NodeName=`) that take `actual` to `desired`; [] when it is there or when
+    someone else has a claim on the node (then nothing of it is ours to change, features included).
+
+    Features follow the awsome-distributed-training health_check sample: AvailableFeatures hold the node's other
+    features and all four `HealthCheck:*` values, ActiveFeatures its others and the current one."""
+    if actual.claim is not None:
+        return []
+    out: list[str] = []
+    if desired.reason is not None:
+        if not actual.drained or actual.reason != desired.reason:
+            out += ["State=DRAIN", f"Reason={desired.reason}"]
+    elif actual.drained:  # ours: a foreign drain is a claim
+        out.append("State=RESUME")
+    available = actual.features if actual.available is None else actual.available
+    others = tuple(f for f in available if not f.startswith(FEATURE_KEY + ":"))
+    listed = (*others, *FEATURES)
+    active = (*(f for f in actual.features if not f.startswith(FEATURE_KEY + ":")), desired.feature)
+    # Both in one update: Slurm refuses ActiveFeatures that are not a subset of AvailableFeatures at any moment.
+    if set(active) != set(actual.features) or set(listed) != set(available):
+        out += [f"AvailableFeatures={','.join(listed)}", f"ActiveFeatures={','.join(active)}"]
+    return out
+
+
+def unlisted_node_changes(node: SlurmNode, isolating: bool | None, complete: bool) -> list[str]:
+    """The change for a Slurm node the controller does not list. Only a document that covers the whole cluster
+    says such a node is new: then it is drained when its group isolates (`isolating` True), and our own drain on
+    it is lifted when its group does not (False). An unknown group (None), a partial document or a claim: []."""
+    if not complete or isolating is None or node.claim is not None:
+        return []
+    if isolating and not node.drained:
+        return ["State=DRAIN", f"Reason={AWAITING}"]
+    if not isolating and node.drained:  # ours (a foreign drain is a claim): an opted-out group's new node
+        return ["State=RESUME"]
+    return []
+
+
+# ---------------------------------------------------------------------- the controller's document
+
+
+@dataclass(frozen=True)
+class Document:
+    """The controller's desired state, as the bridge reads it. `complete`: every node HyperPod lists is recorded,
+    so a Slurm node the document does not list is new. `generation` only grows with the controller's data."""
+
+    wanted: dict[str, Desired | None]  # None: an entry off the contract, left as it is
+    isolating_groups: frozenset[str]
+    complete: bool
+    generation: float
+    interval_s: float | None = None
+
+    def to_json(self) -> Json:
+        return {
+            "wanted": {n: None if d is None else [d.reason, d.feature] for n, d in sorted(self.wanted.items())},
+            "isolating_groups": sorted(self.isolating_groups),
+            "complete": self.complete,
+            "generation": self.generation,
+        }
+
+    @classmethod
+    def from_json(cls, data: Json) -> Document:
+        wanted = {str(n): None if d is None else Desired(d[0], str(d[1])) for n, d in data["wanted"].items()}
+        return cls(wanted, frozenset(data["isolating_groups"]), bool(data["complete"]), float(data["generation"]))
+
+
+class Malformed(ValueError):
+    """The controller's answer is not the desired state of this cluster."""
+
+
+def read_document(cluster: str, document: object, errors: list[str]) -> Document:
+    """The document's desired state per node. A node entry off the contract is an error and its node, when named,
+    maps to None (left as it is); a document off it raises `Malformed`."""
+    if not isinstance(document, dict) or document.get("cluster") != cluster:
+        raise Malformed(f"not the desired Slurm state of cluster {cluster}")
+    nodes, generation = document.get("nodes"), document.get("generation")
+    if not isinstance(nodes, list) or not isinstance(generation, (int, float)) or not _number(generation):
+        raise Malformed("no node list or generation: a controller older than this bridge?")
+    wanted: dict[str, Desired | None] = {}
+    for entry in nodes:
+        desired = _desired(entry)
+        if isinstance(desired, str):
+            errors.append(f"controller: skipped a node entry: {desired}: {entry!r:.200}")
+        if isinstance(entry, dict) and isinstance(entry.get("node"), str):
+            name = entry["node"]
+            # One name, one entry: a name listed twice is not ours to guess about.
+            wanted[name] = None if isinstance(desired, str) or name in wanted else desired
+    isolating = frozenset(g for g in document.get("isolating_groups") or [] if isinstance(g, str))
+    interval = document.get("sync_interval_s")
+    suggested = float(interval) if isinstance(interval, (int, float)) and _number(interval) else None
+    return Document(wanted, isolating, document.get("complete") is True, float(generation), suggested)
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _desired(entry: object) -> Desired | str:
+    """A node entry's desired state, or why it is off the contract."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("node"), str) or not entry["node"]:
+        return "no node name"
+    reason, feature = entry.get("reason"), entry.get("feature")
+    if feature not in FEATURES:
+        return f"feature is not one of {', '.join(FEATURES)}"  # any other feature is not ours to set
+    if reason is not None and not (
+        isinstance(reason, str) and reason.startswith(OWNED_PREFIX) and reason.isprintable() and len(reason) <= 400
+    ):
+        return f"reason is not printable text starting with {OWNED_PREFIX!r}"  # a drain we can recognise later
+    return Desired(reason, str(feature))
+
+
+# ---------------------------------------------------------------------- the controller
+
+
+class Controller(Protocol):
+    """What the bridge needs of the controller: the desired state document (every page), and who hears occupancy."""
+
+    def desired(self, cluster: str) -> Json: ...
+
+    def report(self, cluster: str, nodes: list[Json]) -> Json: ...
+
+
+class ApiController(Controller):
+    """The controller's REST API, SigV4-signed with the instance role's credentials."""
+
+    def __init__(self, client: OperatorClient) -> None:
+        self.client = client
+
+    def desired(self, cluster: str) -> Json:
+        return self.client.slurm_state(cluster)
+
+    def report(self, cluster: str, nodes: list[Json]) -> Json:
+        return self.client.report_occupancy(cluster, nodes)
+
+
+# ---------------------------------------------------------------------- one pass
+
+
+@dataclass
+class Memory:
+    """What the bridge keeps between passes (and, with a state dir, across restarts): the last document applied."""
+
+    document: Document | None = None
+    path: Path | None = None
+
+    @classmethod
+    def load(cls, path: Path | None) -> Memory:
+        if path is None or not path.exists():
+            return cls(path=path)
+        try:
+            return cls(Document.from_json(json.loads(path.read_text())), path)
+        except (OSError, ValueError, KeyError, TypeError, IndexError) as err:
+            log.warning("%s unreadable (%s): starting without the last document", path, err)
+            return cls(path=path)
+
+    def keep(self, document: Document) -> None:
+        self.document = document
+        if self.path is not None:
+            temporary = self.path.with_suffix(".tmp")
+            temporary.write_text(json.dumps(document.to_json()))
+            temporary.replace(self.path)  # atomic: a crash leaves the old or the new, never half of one
+
+
+@dataclass
+class SyncResult:
+    """What one pass did (or, dry, would do): the updates (a tuple of nodes -> arguments), the occupancy
+    reported, the nodes held by someone else's claim, and what went wrong (`failure`: the kind that stopped it)."""
+
+    applied: dict[str, list[str]] = field(default_factory=dict)  # node -> arguments
+    commands: list[list[str]] = field(default_factory=list)  # each `scontrol update` run (or, dry, to run)
+    reported: list[Json] = field(default_factory=list)
+    held: dict[str, str] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+    failure: int = EXIT_OK  # EXIT_AUTH, EXIT_API, EXIT_SLURM when the pass could not be made
+    interval_s: float | None = None  # the controller's suggested sync_interval_s
+    stale: bool = False  # the controller's answer was older than the document applied last: not applied
+
+
+def sync_once(
+    cluster: str,
+    controller: Controller,
+    slurm: Slurm,
+    partitions_to_groups: Mapping[str, str],
+    memory: Memory | None = None,
+    dry_run: bool = False,
+) -> SyncResult:
+    """Read the desired state, apply the difference, report occupancy and claims. Slurm is only touched once Slurm's
+    own state was read and either the controller answered a whole, well-formed document, or (controller down)
+    the last applied one says which new nodes to drain."""
+    memory = memory if memory is not None else Memory()
+    result = SyncResult()
+    try:
+        document: Document | None = read_document(cluster, controller.desired(cluster), result.errors)
+        result.interval_s = document.interval_s if document else None
+    except Exception as err:  # whatever failed (network, HTTP, JSON, shape): no fresh answer
+        result.failure = (
+            EXIT_AUTH if (isinstance(err, ApiError) and err.status in (401, 403)) or _no_credentials(err) else EXIT_API
+        )
+        result.errors.append(f"controller: {err}")
+        log.error("controller: %s", err)
+        document = None
+    for error in result.errors[1 if document is None else 0 :]:
+        log.warning("%s", error)
+    if document is not None and memory.document is not None and document.generation < memory.document.generation:
+        result.stale = True
+        result.errors.append(
+            f"controller: document generation {document.generation} is older than the one applied "
+            f"({memory.document.generation}): not applied"
+        )
+        log.warning("%s", result.errors[-1])
+        document = None
+    try:
+        actual = slurm.nodes()
+    except SlurmError as err:
+        result.failure = result.failure or EXIT_SLURM
+        result.errors.append(str(err))
+        log.error("%s; nothing changed in Slurm", err)
+        return result
+
+    fresh = document is not None
+    document = document or memory.document
+    if document is None:
+        log.error("no document from the controller and none kept: nothing changed in Slurm")
+        return result
+    plan = _plan(document, actual, partitions_to_groups, fresh, result)
+    _apply(plan, slurm, result, dry_run)
+    if not fresh or dry_run:
+        return result
+    memory.keep(document)
+    occupancy = []
+    for name in sorted(document.wanted):
+        if name in actual:
+            entry: Json = {"node": name, "busy": actual[name].busy}
+            if name in result.held:
+                entry["held"] = result.held[name]
+            occupancy.append(entry)
+    if occupancy:
+        try:
+            controller.report(cluster, occupancy)
+            result.reported = occupancy
+        except Exception as err:  # Slurm is already right; the controller hears about occupancy next time
+            result.errors.append(f"occupancy report: {err}")
+            log.warning("occupancy report: %s", err)
+    return result
+
+
+def _no_credentials(err: Exception) -> bool:
+    return isinstance(err, ApiError) and err.status == 0 and "credentials" in str(err)
+
+
+def _plan(
+    document: Document,
+    actual: Mapping[str, SlurmNode],
+    partitions_to_groups: Mapping[str, str],
+    fresh: bool,
+    result: SyncResult,
+) -> dict[str, list[str]]:
+    """node -> the arguments of its update. Without a fresh document only drains of new nodes are planned."""
+    plan: dict[str, list[str]] = {}
+    for name, node in sorted(actual.items()):
+        if name in document.wanted:
+            desired = document.wanted[name]
+            if node.claim is not None:
+                result.held[name] = _printable(node.claim)[:HELD_MAX]
+            if desired is not None and fresh:
+                plan[name] = changes(desired, node)
+            continue
+        isolating = _isolating(node, partitions_to_groups, document.isolating_groups)
+        args = unlisted_node_changes(node, isolating, document.complete)
+        if fresh or args[:1] == ["State=DRAIN"]:  # a kept document drains new nodes, never resumes one
+            plan[name] = args
+    return {name: args for name, args in plan.items() if args}
+
+
+def _isolating(
+    node: SlurmNode, partitions_to_groups: Mapping[str, str], isolating_groups: frozenset[str]
+) -> bool | None:
+    """Whether the node's group isolates new nodes: True if any partition's group does, False if every partition
+    maps to a group that does not, None when a partition's group is unknown."""
+    groups = [partitions_to_groups.get(p) for p in node.partitions]
+    if any(g in isolating_groups for g in groups if g):
+        return True
+    if groups and all(groups):
+        return False
+    return None
+
+
+def _apply(plan: Mapping[str, list[str]], slurm: Slurm, result: SyncResult, dry_run: bool) -> None:
+    """One `scontrol update` per distinct change and UPDATE_BATCH nodes; a refused batch is retried node by node
+    (one node's refusal does not hold back the others); slurmctld unreachable stops the pass."""
+    batches: dict[tuple[str, ...], list[str]] = {}
+    for name, args in plan.items():
+        batches.setdefault(tuple(args), []).append(name)
+    for change, names in batches.items():
+        for start in range(0, len(names), UPDATE_BATCH):
+            part = names[start : start + UPDATE_BATCH]
+            if not _update(slurm, part, list(change), result, dry_run):
+                return
+
+
+def _update(slurm: Slurm, names: list[str], args: list[str], result: SyncResult, dry_run: bool) -> bool:
+    """False when slurmctld cannot be reached (the pass stops)."""
+    command = ["scontrol", "update", "NodeName=" + ",".join(names), *args]
+    if dry_run:
+        result.commands.append(command)
+        result.applied.update({n: args for n in names})
+        return True
+    try:
+        slurm.update(names, args)
+    except SlurmUnreachable as err:
+        result.failure = result.failure or EXIT_SLURM
+        result.errors.append(f"{err}: the pass stops here")
+        log.error("%s: the pass stops here", err)
+        return False
+    except SlurmError as err:
+        if len(names) == 1:
+            result.errors.append(str(err))
+            log.warning("%s", err)
+            return True
+        return all(_update(slurm, [n], args, result, dry_run) for n in names)
+    result.commands.append(command)
+    result.applied.update({n: args for n in names})
+    log.info("%s", " ".join(quoted(a) for a in command))
+    return True
+
+
+def quoted(arg: str) -> str:
+    key, _, value = arg.partition("=")
+    return f'{key}="{value}"' if " " in value else arg
+
+
+def _printable(text: str) -> str:
+    return "".join(c if c.isprintable() else "?" for c in text)
