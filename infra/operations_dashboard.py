@@ -9,12 +9,12 @@ Alarms (each notifies the topic, and treats missing data as not breaching): a fa
 a message in any dead-letter queue, 10 or more throttled AWS calls in 5 minutes, a quarantined node.
 
 A silent Slurm bridge, per cluster named in ``hyperpod-dhc:slurm-bridges`` (not for ``"*"``: naming a cluster
-says it runs a bridge): the Api function counts each occupancy report it accepts as ``SlurmBridgeReports``
-(``service`` + ``cluster``). The bridge reports every sync (60 s), so no report in ``BRIDGE_SILENT_PERIODS``
-consecutive 5-minute periods means it stopped: a 403 after a role change, slurmctld down, a crash loop, a
-node gone. Nodes then stay drained, or take jobs unchecked, in silence. Here missing data is the signal, so
-it breaches. A cluster with no node in Slurm has nothing to report and alarms too. Each such cluster gets the
-alarm's graph on the dashboard, in a "Slurm bridges" row.
+says it runs a bridge): the Api function counts each state pull and occupancy report it accepts as
+``SlurmBridgeReports`` (``service`` + ``cluster``). The bridge pulls every sync (60 s), so none in
+``BRIDGE_SILENT_PERIODS`` consecutive 5-minute periods means it stopped: a 403 after a role change, slurmctld
+down, a crash loop, a node gone. Nodes then stay drained, or take jobs unchecked, in silence. Here missing data
+is the signal, so it breaches (a bridge with no node in Slurm still pulls, so it does not alarm). Each such
+cluster gets the alarm's graph on the dashboard, in a "Slurm bridges" row.
 """
 
 from __future__ import annotations
@@ -238,7 +238,7 @@ class OperationsDashboard(Construct):
             f"SlurmBridgeSilent-{cluster}",  # the name as it is: a capitalized id could collide (a-b, a--b)
             alarm_name=alarm_name(self, f"slurm-bridge-silent-{cluster}"),
             alarm_description=(
-                f"The Slurm bridge of cluster {cluster} sent no occupancy report for "
+                f"The Slurm bridge of cluster {cluster} pulled no state and sent no occupancy report for "
                 f"{BRIDGE_SILENT_PERIODS * int(PERIOD.to_minutes())} minutes (it reports every sync, 60 s). Nodes "
                 "stay drained or take jobs before their check until it is back: look at `journalctl -u "
                 "hpdhc-slurm-bridge` on the cluster's Slurm controller node (a 403 means its role is not the one "

@@ -47,9 +47,9 @@ the agent on a cluster's Slurm controller node calls ``BRIDGE_ROUTES`` with the 
 (SigV4), so an operator attaches this policy to that role and names the role for its cluster in
 ``hyperpod-dhc:slurm-bridges``. It allows ``execute-api:Invoke`` on those two methods of this API's stage, for
 every cluster, and nothing else: one policy for every cluster (a role shared by clusters needs no second one),
-whose cluster is then decided by the resource policy. The Api function counts each accepted occupancy report
-as metric ``SlurmBridgeReports`` (dimensions ``service``, ``cluster``); the operations dashboard alarms on a
-named cluster's bridge when it stops (``infra/operations_dashboard.py``).
+whose cluster is then decided by the resource policy. The Api function counts each accepted state pull and
+occupancy report as metric ``SlurmBridgeReports`` (dimensions ``service``, ``cluster``); the operations
+dashboard alarms on a named cluster's bridge when it stops (``infra/operations_dashboard.py``).
 
 Deployment precondition: REST API stages log to CloudWatch Logs (access and execution logs alike) only
 when the region's API Gateway account settings name a CloudWatch Logs role (``cloudWatchRoleArn``).

@@ -22,8 +22,8 @@ def node_metric(name: str, cluster: str, value: float = 1, unit: MetricUnit = Me
 
 
 def bridge_reported(cluster: str) -> None:
-    """One occupancy report accepted from ``cluster``'s Slurm bridge: metric ``SlurmBridgeReports`` per cluster
-    (``service``, ``cluster``), which the stack alarms on when a bridge named for the cluster goes silent."""
+    """One state pull or occupancy report accepted from ``cluster``'s Slurm bridge: metric ``SlurmBridgeReports`` per
+    cluster (``service``, ``cluster``), which the stack alarms on when a bridge named for the cluster goes silent."""
     service = os.environ.get("POWERTOOLS_SERVICE_NAME", "hyperpod-dhc")
     dimensions = {"service": service, "cluster": cluster}
     with single_metric(name="SlurmBridgeReports", unit=MetricUnit.Count, value=1, default_dimensions=dimensions):

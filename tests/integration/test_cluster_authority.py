@@ -101,7 +101,7 @@ def test_a_clusters_own_bridge_role_reaches_the_handler_and_each_report_is_count
     assert status == 200 and body["unknown"] == ["ip-10-9-9-9"], body
     status, _ = gated.api("POST", "/clusters/nowhere/slurm/occupancy", _busy(names), principal=DEMO_BRIDGE)
     assert status == 403  # a cluster nobody's bridge is named for: nobody's
-    assert _bridge_reports(capsys.readouterr().out) == {"demo": 1, "dev": 1}  # the accepted ones, per cluster
+    assert _bridge_reports(capsys.readouterr().out) == {"demo": 2, "dev": 1}  # the accepted pulls and reports
 
 
 def test_only_the_clusters_check_requesters_may_queue_checks(gated):

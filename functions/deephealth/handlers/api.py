@@ -94,7 +94,9 @@ def slurm_state(
     limit: Annotated[int, Query(ge=1, le=MAX_STATE_PAGE)] = MAX_STATE_PAGE,
     next_token: Annotated[str | None, Query(pattern=NODE_REF_PATTERN)] = None,
 ) -> dict[str, Any]:
-    return slurm_bridge.slurm_state(CONTEXT, cluster, limit, next_token)
+    document = slurm_bridge.slurm_state(CONTEXT, cluster, limit, next_token)
+    bridge_reported(cluster)  # a pull counts too: a bridge with no node in Slurm yet posts no occupancy
+    return document
 
 
 @app.post("/clusters/<cluster>/slurm/occupancy", summary="Slurm bridge: which nodes run jobs now")
