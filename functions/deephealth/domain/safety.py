@@ -148,11 +148,8 @@ def progress_possible(
     find it held again at once.
     """
     # A node busy with a Slurm job waits for it: a round now could not claim it (the bridge's idle report starts one).
-    waiting = [
-        r
-        for r in claimable(records.values(), groups)
-        if not waits_for_job(r, now, groups[r.group].policy.job_defer_max_s)
-    ]
+    bound = {name: g.policy.job_defer_max_s for name, g in groups.items()}
+    waiting = [r for r in claimable(records.values(), groups) if not waits_for_job(r, now, bound[r.group])]
     shadowed = [r for r in waiting if groups[r.group].policy.dry_run]
     if shadowed:
         return f"{len(shadowed)} node(s) of dry-run groups to record"
