@@ -6,6 +6,7 @@ from deephealth.domain.rounds import (
     FIRST_POLL_S,
     MAX_CONFIGS_PER_CHECK,
     MAX_IDS_PER_CONFIG,
+    SKIP_GRACE_S,
     RoundState,
     build_check_request,
     check_over,
@@ -18,7 +19,6 @@ from deephealth.domain.rounds import (
     round_name,
     select_for_round,
 )
-from deephealth.domain.verdicts import SKIP_GRACE_S
 
 
 def pending(i: int, group="g", ready_at=100.0, **kw) -> NodeRecord:

@@ -6,7 +6,8 @@ from deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState, Verdict
 from deephealth.domain.result_lines import ALL_TESTS, Finding, ResultLine
 from deephealth.domain.result_lines import Test as Probe
 from deephealth.domain.results import NodeEvidence
-from deephealth.domain.verdicts import SKIP_GRACE_S, Look, judge_check, left_check
+from deephealth.domain.rounds import SKIP_GRACE_S
+from deephealth.domain.verdicts import Look, judge_check, left_check
 
 T0 = 1_000_000.0
 TIMEOUT = 3 * 3600

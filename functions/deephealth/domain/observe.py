@@ -32,8 +32,8 @@ from deephealth.domain.policy import GroupContext, NodeRecovery
 from deephealth.domain.recovery import apply_verdict, observe_recovering, observe_recovery_due, plan_recovery
 from deephealth.domain.result_lines import required_tests
 from deephealth.domain.results import ResultLog
-from deephealth.domain.rounds import expected_for
-from deephealth.domain.verdicts import Look, judge_check, left_check, lines_due, window_end
+from deephealth.domain.rounds import expected_for, lines_due
+from deephealth.domain.verdicts import Look, judge_check, left_check, window_end
 
 # A node missing from listings for this long is gone; shorter gaps happen while HyperPod retries a launch.
 GONE_AFTER_S = 15 * 60

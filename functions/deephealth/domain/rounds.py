@@ -13,7 +13,6 @@ from pydantic import BaseModel, ConfigDict
 
 from deephealth.domain.nodes import IN_PROGRESS, NodeRecord, NodeSnapshot, NodeState
 from deephealth.domain.policy import GroupContext
-from deephealth.domain.verdicts import SKIP_GRACE_S
 
 # API limits from the botocore model, which botocore itself does not enforce client-side.
 MAX_CONFIGS_PER_CHECK = 99
@@ -32,6 +31,11 @@ LEASE_TTL_S = 6 * 3600  # renewed on every step; a dead round's lease frees itse
 # A poll lists only the round's members (one launch-time window, usually one page); the whole cluster is
 # observed this often, as Reconcile does when no round is live (it leaves a live round's cluster to the polls).
 FULL_OBSERVE_S = 300
+# HyperPod waits up to 10 minutes for a running job before it skips a node; allow for our poll spacing.
+SKIP_GRACE_S = 15 * 60
+# A node whose lines were due but are not all there yet is looked at again this often by another round's polls.
+LATE_LINES_LOOK_S = 120
+DEFAULT_POLL_S = 60  # a cluster whose groups are unknown (none described) is polled this often
 
 # The check round's steps in workflow order: each is one Lambda (its construct id), handler module and ASL Task.
 RoundStep = Literal["ClaimRound", "StartCheck", "PollCheck", "RecoverNodes", "FinishRound"]
@@ -209,6 +213,96 @@ def check_overdue(created_at: float | None, checks: Iterable[str], now: float) -
     """A check operation that may hold checks of these types has stayed InProgress too long: longer than twice the
     documented lower end of its checks (HyperPod's own ranges reach about that) plus HyperPod's wait for jobs."""
     return created_at is not None and now - created_at > 2 * expected_for(checks) + SKIP_GRACE_S
+
+
+# -- the round's clock: when a node's result lines are read, and when a round looks again -------------------
+def settled(record: NodeRecord, settle_s: float, now: float) -> bool:
+    """The one settle rule: a node's result lines are read `settle_s` after the look that found it out of its
+    check (CloudWatch ingests them late; `settle_s` follows the lag the cluster was measured to have)."""
+    return record.check_left_at is not None and now - record.check_left_at >= settle_s
+
+
+def lines_due(
+    record: NodeRecord, snapshot: NodeSnapshot | None, now: float, settle_s: float, expected_s: float
+) -> bool:
+    """Whether a checking node's result lines are read in a look at `now`: it has settled, or it is overdue in its
+    check (below)."""
+    if record.check_left_at is not None:
+        return settled(record, settle_s, now)
+    return overdue(record, snapshot, now, expected_s + settle_s)
+
+
+def overdue(record: NodeRecord, snapshot: NodeSnapshot | None, now: float, expected_s: float) -> bool:
+    """The node has shown `DeepHealthCheckInProgress` for longer than its checks take: it may be isolated after a
+    failure while HyperPod's operation stays open, so its lines are read anyway (a failure line fails it)."""
+    return (
+        snapshot is not None
+        and snapshot.status == IN_PROGRESS
+        and record.seen_in_progress
+        and record.check_left_at is None
+        and record.check_started_at is not None
+        and now - record.check_started_at >= expected_s
+    )
+
+
+def settling_elsewhere(
+    records: Iterable[NodeRecord], groups: dict[str, GroupContext], round_id: str, now: float
+) -> float | None:
+    """When a whole look should next judge nodes out of another check (an earlier round's, or HyperPod's on-start
+    check): the earliest `check_left_at + settle_s` still ahead of `now` among the checking nodes that are not
+    this round's, or, for one whose lines were due and that still waits (some tests' lines are late), a look
+    LATE_LINES_LOOK_S from now."""
+    due = []
+    for r in records:
+        group = groups.get(r.group)
+        if r.state != NodeState.CHECKING or r.round_id == round_id or r.check_left_at is None or group is None:
+            continue
+        settled_at = r.check_left_at + group.settle_s
+        due.append(settled_at if settled_at > now else now + LATE_LINES_LOOK_S)
+    return min(due, default=None)
+
+
+def poll_interval(groups: dict[str, GroupContext]) -> int:
+    """A round polls as often as its most demanding group asks."""
+    return min((g.policy.poll_interval_s for g in groups.values()), default=DEFAULT_POLL_S)
+
+
+def wake_for(wait: int, judge_at: float | None, now: float) -> int:
+    """`wait`, cut short to wake when nodes another round left settling are due (`judge_at`), and never below 1 s."""
+    if judge_at is None:
+        return wait
+    return max(1, min(wait, math.ceil(judge_at - now)))
+
+
+def split_dry_run(
+    records: Iterable[NodeRecord], groups: dict[str, GroupContext]
+) -> tuple[list[NodeRecord], list[NodeRecord]]:
+    """(dry-run groups' nodes, which only record the check they would get; the others, which get one)."""
+    records = list(records)
+    return [r for r in records if groups[r.group].policy.dry_run], [
+        r for r in records if not groups[r.group].policy.dry_run
+    ]
+
+
+def next_look(
+    members: Sequence[NodeRecord],
+    groups: dict[str, GroupContext],
+    started_at: float,
+    now: float,
+    expected_s: int,
+    judge_at: float | None,
+) -> int:
+    """Seconds until a live round's next poll: the adaptive spacing (`next_wait`); once every member is out of the
+    check, not before the first one's lines have settled (nothing can change a verdict sooner); and cut short
+    for an earlier round's nodes due first (`wake_for`)."""
+    wait = next_wait(
+        started_at, now, expected_s, poll_interval(groups), awaiting_start=any(not r.seen_in_progress for r in members)
+    )
+    left = [r.check_left_at for r in members if r.check_left_at is not None]
+    if left and len(left) == len(members):
+        settle = min(groups[r.group].settle_s for r in members if r.group in groups)
+        wait = max(wait, math.ceil(min(left) + settle - now))
+    return wake_for(wait, judge_at, now)
 
 
 def next_wait(started_at: float, now: float, expected_s: int, poll_interval_s: int, awaiting_start: bool) -> int:

@@ -31,9 +31,8 @@ from dataclasses import dataclass
 from deephealth.domain.nodes import IN_PROGRESS, RUNNING, NodeRecord, NodeSnapshot, Verdict, failure_like
 from deephealth.domain.result_lines import Hint, ResultLine, Test
 from deephealth.domain.results import NodeEvidence
+from deephealth.domain.rounds import SKIP_GRACE_S, settled
 
-# HyperPod waits up to 10 minutes for a running job before it skips a node; allow for our poll spacing.
-SKIP_GRACE_S = 15 * 60
 QUOTE = 300  # characters of a line quoted in a node's evidence
 # A node's check window ends this long after the first look that found it out of the check: a node's clock may run
 # ahead, and a line may be stamped when HyperPod closes the check after the node's status changed.
@@ -120,7 +119,7 @@ def judge_check(record: NodeRecord, snapshot: NodeSnapshot | None, look: Look) -
     elapsed = look.now - (record.check_started_at or look.now)
     if record.check_left_at is None:
         return _in_check(record, status, elapsed, look)
-    if look.now - record.check_left_at < look.log_settle_s or evidence is None:
+    if not settled(record, look.log_settle_s, look.now) or evidence is None:
         return None  # its result lines may still be on their way
     return _after_check(record, status, evidence, look)
 
@@ -250,26 +249,3 @@ def judge_late(evidence: NodeEvidence) -> Judgement | None:
         return Judgement(Verdict.INCONCLUSIVE, ("verdict reversed: a line arrived after the pass", *blocked.evidence),
                          recheck=False)  # fmt: skip
     return None
-
-
-def lines_due(
-    record: NodeRecord, snapshot: NodeSnapshot | None, now: float, settle_s: float, expected_s: float
-) -> bool:
-    """Whether a checking node's result lines are read in a look at `now`: it left its check `settle_s` ago, or it
-    is overdue in it (below)."""
-    if record.check_left_at is not None:
-        return now - record.check_left_at >= settle_s
-    return overdue(record, snapshot, now, expected_s + settle_s)
-
-
-def overdue(record: NodeRecord, snapshot: NodeSnapshot | None, now: float, expected_s: float) -> bool:
-    """The node has shown `DeepHealthCheckInProgress` for longer than its checks take: it may be isolated after a
-    failure while HyperPod's operation stays open, so its lines are read anyway (a failure line fails it)."""
-    return (
-        snapshot is not None
-        and snapshot.status == IN_PROGRESS
-        and record.seen_in_progress
-        and record.check_left_at is None
-        and record.check_started_at is not None
-        and now - record.check_started_at >= expected_s
-    )

@@ -3,17 +3,25 @@ claim the nodes this round checks (dry-run groups record the check they would ge
 
 from __future__ import annotations
 
-import math
-
 from deephealth.domain.errors import ClusterNotFound
 from deephealth.domain.nodes import NodeRecord, NodeState, transition
-from deephealth.domain.rounds import LEASE_TTL_S, RoundState, claimable, gather_delay, round_name, select_for_round
+from deephealth.domain.rounds import (
+    LEASE_TTL_S,
+    RoundState,
+    claimable,
+    gather_delay,
+    round_name,
+    select_for_round,
+    settling_elsewhere,
+    split_dry_run,
+    wake_for,
+)
 from deephealth.domain.safety import admit_to_round
 from deephealth.domain.slurm import deferred_too_long, job_wait, waits_for_job
 from deephealth.observability import MetricUnit, logger, metrics
 from deephealth.usecases.context import ClusterView, Context
 from deephealth.usecases.decisions import notify, save_and_announce
-from deephealth.usecases.observe_cluster import close_cluster, observe_cluster, settling_elsewhere
+from deephealth.usecases.observe_cluster import close_cluster, observe_cluster
 
 
 def claim_round(ctx: Context, state: RoundState) -> RoundState:
@@ -36,14 +44,13 @@ def claim_round(ctx: Context, state: RoundState) -> RoundState:
     waiting = [r for r in candidates if waits_for_job(r, now, bound.get(r.group))]
     candidates = [r for r in candidates if not waits_for_job(r, now, bound.get(r.group))]
     # Nodes an earlier round left settling: this round's looks judge them when their lines are due.
-    judge_at = settling_elsewhere(view, round_id, now)
+    judge_at = settling_elsewhere(view.records.values(), view.groups, round_id, now)
     state = state.model_copy(update={"judge_at": judge_at})
     if (delay := gather_delay(candidates, view.groups, now)) > 0:  # again after each wait: bounded by the window
-        if judge_at is not None:  # this step's look judges them: wake for them
-            delay = max(1, min(delay, math.ceil(judge_at - now)))
-        return state.model_copy(update={"gather_s": delay, "gathered": True})
-    shadow_checks(ctx, [r for r in candidates if view.groups[r.group].policy.dry_run], view, round_id, now)
-    live = [r for r in candidates if not view.groups[r.group].policy.dry_run]
+        # This step's look judges them: wake for them.
+        return state.model_copy(update={"gather_s": wake_for(delay, judge_at, now), "gathered": True})
+    shadow, live = split_dry_run(candidates, view.groups)
+    shadow_checks(ctx, shadow, view, round_id, now)
     chosen = select_for_round(admit_to_round(live, view.records.values(), view.groups), ctx.config().max_round_nodes)
     claimed = save_and_announce(
         ctx,

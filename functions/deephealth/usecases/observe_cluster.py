@@ -16,9 +16,8 @@ from deephealth.domain.nodes import (
 )
 from deephealth.domain.observe import Observation, checked_for, close_out, observe
 from deephealth.domain.results import NameIndex, ResultLog
-from deephealth.domain.rounds import ListingWindow, expected_for
+from deephealth.domain.rounds import SKIP_GRACE_S, ListingWindow, expected_for, lines_due
 from deephealth.domain.slurm import ADOPT_AFTER_S
-from deephealth.domain.verdicts import SKIP_GRACE_S, lines_due
 from deephealth.usecases.context import ClusterView, Context
 from deephealth.usecases.decisions import save_and_announce
 from deephealth.usecases.readings import note_look
@@ -127,7 +126,7 @@ def fold(
 
 
 def lines_due_in(record: NodeRecord, snapshot: NodeSnapshot | None, view: ClusterView, now: float) -> bool:
-    """Whether the node's result lines are read by a look at `now` (`verdicts.lines_due` with its group's times)."""
+    """Whether the node's result lines are read by a look at `now` (`rounds.lines_due` with its group's times)."""
     group = view.groups.get(record.group)
     if group is None or record.check_started_at is None:
         return False
@@ -149,10 +148,6 @@ def _ask_operation(record: NodeRecord, snapshot: NodeSnapshot | None, view: Clus
     return snapshot.status == RUNNING and not record.seen_in_progress and elapsed >= SKIP_GRACE_S
 
 
-# A node whose lines were due but are not all there yet is looked at again this often by another round's polls.
-LATE_LINES_LOOK_S = 120
-
-
 def close_cluster(ctx: Context, cluster: str, reason: str, trigger: str) -> str:
     """The cluster is gone (or going): every node it left ends GONE, and it leaves the registry."""
     records = ctx.table.load_cluster(cluster).values()
@@ -160,18 +155,3 @@ def close_cluster(ctx: Context, cluster: str, reason: str, trigger: str) -> str:
     save_and_announce(ctx, changes)
     ctx.table.unregister_cluster(cluster)
     return f"closed out {len(changes)} node(s): {reason}"
-
-
-def settling_elsewhere(view: ClusterView, round_id: str, now: float) -> float | None:
-    """When a whole look should next judge nodes out of another check (an earlier round's, or HyperPod's on-start
-    check): the earliest `check_left_at + settle_s` still ahead of `now` among the checking nodes that are not
-    this round's, or, for one whose lines were due and that still waits (some tests' lines are late), a look
-    LATE_LINES_LOOK_S from now."""
-    due = []
-    for r in view.records.values():
-        group = view.groups.get(r.group)
-        if r.state != NodeState.CHECKING or r.round_id == round_id or r.check_left_at is None or group is None:
-            continue
-        settled = r.check_left_at + group.settle_s
-        due.append(settled if settled > now else now + LATE_LINES_LOOK_S)
-    return min(due, default=None)

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 from deephealth.domain.errors import ClusterNotFound
 from deephealth.domain.rounds import (
     FULL_OBSERVE_S,
@@ -11,10 +9,11 @@ from deephealth.domain.rounds import (
     build_check_request,
     check_over,
     expected_check_s,
-    next_wait,
+    next_look,
+    settling_elsewhere,
 )
 from deephealth.usecases.context import Context
-from deephealth.usecases.observe_cluster import close_cluster, observe_cluster, observe_members, settling_elsewhere
+from deephealth.usecases.observe_cluster import close_cluster, observe_cluster, observe_members
 
 MAX_POLLS = 2000  # a hard stop far beyond any check timeout, in case the clock misbehaves
 
@@ -44,28 +43,13 @@ def poll_check(ctx: Context, state: RoundState) -> RoundState:
     polls = state.polls + 1
     handed_on = full and check_over(members, view.records.values()) and ctx.progress(view) is not None
     done = not members or handed_on or polls >= MAX_POLLS
-    started = state.started_at or now
     configs = build_check_request(members, view.groups) if members else []
-    interval = min((g.policy.poll_interval_s for g in view.groups.values()), default=60)
+    judge_at = settling_elsewhere(view.records.values(), view.groups, state.round_id, now) if full else state.judge_at
     wait = (
         0
         if done
-        else next_wait(
-            started,
-            now,
-            expected_check_s(configs),
-            interval,
-            awaiting_start=any(not r.seen_in_progress for r in members),
-        )
+        else next_look(members, view.groups, state.started_at or now, now, expected_check_s(configs), judge_at)
     )
-    left = [r.check_left_at for r in members if r.check_left_at is not None]
-    if not done and left and len(left) == len(members):
-        # All done with the check: nothing can change a verdict before the first result line has settled.
-        settle = min(view.groups[r.group].settle_s for r in members if r.group in view.groups)
-        wait = max(wait, math.ceil(min(left) + settle - now))
-    judge_at = settling_elsewhere(view, state.round_id, now) if full else state.judge_at
-    if not done and judge_at is not None:
-        wait = max(1, min(wait, math.ceil(judge_at - now)))
     return state.model_copy(
         update={
             "done": done,

@@ -3,12 +3,19 @@ per round), and hand the others back to the queue."""
 
 from __future__ import annotations
 
-import math
-
 from deephealth.domain.errors import CheckRefused, ClusterBusy, Throttled
 from deephealth.domain.nodes import IN_PROGRESS, RUNNING, NodeRecord, NodeState, Verdict, transition
 from deephealth.domain.recovery import apply_verdict
-from deephealth.domain.rounds import RoundState, build_check_request, expected_check_s, listing_window, next_wait
+from deephealth.domain.rounds import (
+    RoundState,
+    build_check_request,
+    expected_check_s,
+    listing_window,
+    next_wait,
+    poll_interval,
+    split_dry_run,
+    wake_for,
+)
 from deephealth.observability import logger, node_metric
 from deephealth.usecases.claim_round import shadow_checks
 from deephealth.usecases.context import ClusterView, Context
@@ -24,9 +31,8 @@ def start_check(ctx: Context, state: RoundState) -> RoundState:
     snapshots = view.snapshots
     members = view.members(state.round_id)
     # A group switched to dry-run while this round waited (ClusterBusy retries) gets no check.
-    shadow = [r for r in members if view.groups[r.group].policy.dry_run]
+    shadow, members = split_dry_run(members, view.groups)
     shadow_checks(ctx, shadow, view, state.round_id, now)
-    members = [r for r in members if not view.groups[r.group].policy.dry_run]
     # Members in a check are ours only if this round asked for one (a retry after the call went through).
     requested = ctx.table.round_meta(state.cluster).check_requested == state.round_id
     ready, unready, already = [], [], []
@@ -91,10 +97,12 @@ def start_check(ctx: Context, state: RoundState) -> RoundState:
     )
     node_metric("NodesChecked", state.cluster, len(checked))
     expected = expected_check_s(configs)
-    interval = min((g.policy.poll_interval_s for g in view.groups.values()), default=60)
-    wait = next_wait(now, now, expected, interval, awaiting_start=True) if configs else 0
-    if wait and state.judge_at is not None:  # an earlier round's nodes have their lines due first
-        wait = max(1, min(wait, math.ceil(state.judge_at - now)))
+    # An earlier round's nodes may have their lines due before the first poll (judge_at).
+    wait = (
+        wake_for(next_wait(now, now, expected, poll_interval(view.groups), awaiting_start=True), state.judge_at, now)
+        if configs
+        else 0
+    )
     window = listing_window(snapshots[r.key] for r in checked)
     return state.model_copy(
         update={"started_at": now, "wait_s": wait, "done": not configs, "window": window, "observed_at": now}

@@ -1,0 +1,124 @@
+"""The round's clock (domain/rounds.py): when a node's result lines are read and when a round looks again, each
+rule written once. These are the latency rules `make bench` measures against the floor."""
+
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from deephealth.domain.nodes import IN_PROGRESS, RUNNING, NodeRecord, NodeSnapshot, NodeState
+from deephealth.domain.policy import GroupContext, GroupPolicy
+from deephealth.domain.rounds import (
+    FIRST_POLL_S,
+    LATE_LINES_LOOK_S,
+    lines_due,
+    next_look,
+    poll_interval,
+    settled,
+    settling_elsewhere,
+    split_dry_run,
+    wake_for,
+)
+
+GROUPS = {"g": GroupContext(GroupPolicy(poll_interval_s=60), measured_settle_s=30.0)}
+
+
+def checking(key="n1", round_id="c-r000001", left=None, started=0.0, seen=True, group="g") -> NodeRecord:
+    return NodeRecord(
+        cluster="c",
+        key=key,
+        group=group,
+        instance_id="i-0123456789abcdef0",
+        state=NodeState.CHECKING,
+        round_id=round_id,
+        check_started_at=started,
+        check_left_at=left,
+        seen_in_progress=seen,
+    )
+
+
+def snap(status=RUNNING) -> NodeSnapshot:
+    return NodeSnapshot(key="n1", group="g", instance_id="i-0123456789abcdef0", status=status)
+
+
+def test_lines_are_read_settle_s_after_the_look_that_found_the_node_out_and_not_a_second_before():
+    node = checking(left=1000.0)
+    assert not settled(node, 30.0, 1029.9)
+    assert settled(node, 30.0, 1030.0)
+    assert not settled(checking(left=None), 0.0, 10**9)  # still in its check: never settled
+    assert lines_due(node, snap(), 1030.0, 30.0, 2700.0)
+
+
+def test_a_node_overdue_in_its_check_has_its_lines_read_though_it_never_left():
+    """Isolated after a failure while HyperPod's operation stays open: its failure line must be read."""
+    node = checking(left=None, started=0.0)
+    assert not lines_due(node, snap(IN_PROGRESS), 2700.0 + 29.0, 30.0, 2700.0)
+    assert lines_due(node, snap(IN_PROGRESS), 2700.0 + 30.0, 30.0, 2700.0)
+    assert not lines_due(node, snap(RUNNING), 10**6, 30.0, 2700.0)  # out of the check but not seen out: no
+
+
+def test_settling_elsewhere_is_the_earliest_settle_among_other_rounds_nodes_or_a_late_lines_look():
+    mine = checking("a", round_id="c-r000002", left=900.0)
+    other = checking("b", round_id="c-r000001", left=1000.0)
+    later = checking("c", round_id=None, left=1010.0)  # HyperPod's on-start check: no round
+    assert settling_elsewhere([mine, other, later], GROUPS, "c-r000002", 1005.0) == 1030.0
+    # Due already and still waiting (a test's line is late): looked at again LATE_LINES_LOOK_S from now.
+    assert settling_elsewhere([other], GROUPS, "c-r000002", 1100.0) == 1100.0 + LATE_LINES_LOOK_S
+    assert settling_elsewhere([mine], GROUPS, "c-r000002", 1005.0) is None
+    assert settling_elsewhere([checking("d", group="unknown", left=1.0)], GROUPS, "x", 5.0) is None
+
+
+def test_poll_interval_is_the_most_demanding_groups_and_60_s_with_none():
+    groups = {**GROUPS, "h": GroupContext(GroupPolicy(poll_interval_s=30))}
+    assert poll_interval(groups) == 30
+    assert poll_interval({}) == 60
+
+
+@pytest.mark.parametrize(
+    ("wait", "judge_at", "now", "expected"),
+    [(300, None, 0.0, 300), (300, 100.0, 0.0, 100), (300, 100.5, 0.0, 101), (30, 100.0, 0.0, 30), (300, 0.0, 5.0, 1)],
+)
+def test_wake_for_cuts_a_wait_short_for_nodes_due_first_and_never_below_a_second(wait, judge_at, now, expected):
+    assert wake_for(wait, judge_at, now) == expected
+
+
+def test_split_dry_run_keeps_order():
+    groups = {"g": GroupContext(GroupPolicy()), "dry": GroupContext(GroupPolicy(dry_run=True))}
+    nodes = [checking("a"), checking("b", group="dry"), checking("c")]
+    shadow, live = split_dry_run(nodes, groups)
+    assert [r.key for r in shadow] == ["b"] and [r.key for r in live] == ["a", "c"]
+
+
+def test_next_look_confirms_the_start_then_waits_for_the_first_line_to_settle_once_every_member_is_out():
+    members = [checking("a", left=3000.0), checking("b", left=3040.0)]
+    assert next_look([checking("a", seen=False)], GROUPS, 0.0, 0.0, 2700, None) == FIRST_POLL_S
+    # Every member out: nothing can change a verdict before a's lines settle at 3030.
+    assert next_look(members, GROUPS, 0.0, 3001.0, 2700, None) == 60
+    assert next_look(members, GROUPS, 0.0, 2941.0, 2700, None) == 89
+    # One still in: the usual spacing.
+    assert next_look([*members, checking("c")], GROUPS, 0.0, 3001.0, 2700, None) == 60
+
+
+@given(
+    started=st.floats(0, 10_000),
+    elapsed=st.floats(0, 20_000),
+    expected=st.integers(0, 6 * 3600),
+    judge_in=st.one_of(st.none(), st.floats(-5_000, 20_000)),
+    lefts=st.lists(st.one_of(st.none(), st.floats(-3_000, 3_000)), min_size=1, max_size=5),
+    settle=st.floats(0, 3600),
+    awaiting=st.booleans(),
+)
+def test_next_look_never_wakes_after_judge_at_and_never_before_a_second(
+    started, elapsed, expected, judge_in, lefts, settle, awaiting
+):
+    now = started + elapsed
+    groups = {"g": GroupContext(GroupPolicy(), measured_settle_s=settle)}
+    members = [
+        checking(f"n{i}", left=None if left is None else now + left, seen=not awaiting) for i, left in enumerate(lefts)
+    ]
+    judge_at = None if judge_in is None else now + judge_in
+    wait = next_look(members, groups, started, now, expected, judge_at)
+    assert wait >= 1
+    if judge_at is not None:
+        assert wait <= max(1, math.ceil(judge_at - now))
