@@ -12,12 +12,13 @@ is conditional on the version read, so two writers never silently overwrite each
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from deephealth.adapters import aws
+from deephealth.adapters import aws, clock
 from deephealth.domain.breakers import SafetyState
 from deephealth.domain.errors import StaleRecord, Throttled
 from deephealth.domain.nodes import NodeRecord
@@ -29,6 +30,9 @@ ROUND_SK = "ROUND"
 SAFETY_SK = "SAFETY"
 READINGS_SK = "READINGS"
 REGISTRY_PK = "CLUSTERS"
+# The index of node items by when they were saved (`saved_at`, whole seconds of the writer's clock): "did any node
+# of the cluster change since t?" reads at most one key, however large the cluster (the Slurm bridge's idle pass).
+SAVED_INDEX = "BySavedAt"
 BATCH_GET_MAX = 100  # keys per BatchGetItem (the API's limit)
 Doc = TypeVar("Doc", SafetyState, ClusterReadings)  # a cluster-wide document: `cluster`, `version`
 BATCH_GET_ATTEMPTS = 5
@@ -54,6 +58,9 @@ class RoundMeta:
     holder: str | None = None
     lease_expires_at: float = 0.0
     check_requested: str | None = None  # the round that asked HyperPod for the check now active, if any
+    # When an event last said a node of the cluster changed (Intake): a live round's poll then looks at the whole
+    # cluster, not only its members.
+    changed_at: float | None = None
 
 
 class NodeTable:
@@ -112,6 +119,16 @@ class NodeTable:
         return records
 
     @aws.translated
+    def changed_since(self, cluster: str, since: float) -> bool:
+        """Whether a node record of the cluster was saved at or after `since` (SAVED_INDEX; at most one key read)."""
+        page = self.t.query(
+            IndexName=SAVED_INDEX,
+            KeyConditionExpression=Key("pk").eq(cluster_pk(cluster)) & Key("saved_at").gte(math.floor(since)),
+            Limit=1,
+        )
+        return bool(page.get("Items"))
+
+    @aws.translated
     def get(self, cluster: str, key: str) -> NodeRecord | None:
         item = self.t.get_item(Key={"pk": cluster_pk(cluster), "sk": NODE_PREFIX + key}, ConsistentRead=True)
         return _record(item["Item"]) if "Item" in item else None
@@ -156,8 +173,10 @@ class NodeTable:
     def _put_versioned(self, cluster: str, sk: str, version: int, doc: str) -> None:
         """One conditional put: the item is new (version 0) or still at `version`."""
         condition = Attr("pk").not_exists() if version == 0 else Attr("version").eq(version)
-        # Only what conditions need sits beside the JSON document: fewer attributes, cheaper reads.
-        item = {"pk": cluster_pk(cluster), "sk": sk, "version": version + 1, "doc": doc}
+        # Only what conditions and the index need sits beside the JSON document: fewer attributes, cheaper reads.
+        item: dict[str, Any] = {"pk": cluster_pk(cluster), "sk": sk, "version": version + 1, "doc": doc}
+        if sk.startswith(NODE_PREFIX):
+            item["saved_at"] = math.floor(clock.now())
         try:
             self.t.put_item(Item=item, ConditionExpression=condition)
         except aws.ClientError as err:
@@ -202,22 +221,34 @@ class NodeTable:
         item = self.t.get_item(Key={"pk": cluster_pk(cluster), "sk": ROUND_SK}, ConsistentRead=True).get("Item")
         if not item:
             return RoundMeta()
-        return RoundMeta(
-            seq=int(item.get("seq", 0)),
-            holder=item.get("holder"),
-            lease_expires_at=float(item.get("lease_expires_at", 0)),
-            check_requested=item.get("check_requested"),
-        )
+        return _round_meta(item)
 
     @aws.translated
-    def acquire_lease(self, cluster: str, seq: int, holder: str, now: float, ttl_s: float) -> bool:
-        """Take (or renew) the cluster's lease for round `seq`; False if another round holds it."""
+    def acquire_lease(self, cluster: str, seq: int, holder: str, now: float, ttl_s: float) -> RoundMeta | None:
+        """Take (or renew) the cluster's lease for round `seq`: the round item as written, None if another round
+        holds it."""
         free = Attr("holder").not_exists() | Attr("holder").eq(holder) | Attr("lease_expires_at").lt(int(now))
-        return self._update_round(
-            cluster,
-            "SET holder = :h, lease_expires_at = :exp, seq = if_not_exists(seq, :seq)",
-            _seq_is(seq) & free,
-            {":h": holder, ":exp": int(now + ttl_s), ":seq": seq},
+        try:
+            answer = self.t.update_item(
+                Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
+                UpdateExpression="SET holder = :h, lease_expires_at = :exp, seq = if_not_exists(seq, :seq)",
+                ConditionExpression=_seq_is(seq) & free,
+                ExpressionAttributeValues={":h": holder, ":exp": int(now + ttl_s), ":seq": seq},
+                ReturnValues="ALL_NEW",  # the same write, and the poll learns whether an event came (changed_at)
+            )
+        except aws.ClientError as err:
+            if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return None
+            raise
+        return _round_meta(answer.get("Attributes") or {})
+
+    @aws.translated
+    def note_change(self, cluster: str, now: float) -> None:
+        """An event said a node of the cluster changed: a live round's next poll looks at the whole cluster."""
+        self.t.update_item(
+            Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
+            UpdateExpression="SET changed_at = :t",
+            ExpressionAttributeValues={":t": math.ceil(now)},  # whole seconds, rounded up: never before the event
         )
 
     @aws.translated
@@ -257,6 +288,16 @@ class NodeTable:
             if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
                 return False
             raise
+
+
+def _round_meta(item: dict[str, Any]) -> RoundMeta:
+    return RoundMeta(
+        seq=int(item.get("seq", 0)),
+        holder=item.get("holder"),
+        lease_expires_at=float(item.get("lease_expires_at", 0)),
+        check_requested=item.get("check_requested"),
+        changed_at=float(item["changed_at"]) if "changed_at" in item else None,
+    )
 
 
 def _seq_is(seq: int) -> Any:

@@ -28,14 +28,21 @@ EXPECTED_CHECK_S = {
 FIRST_POLL_S = 90  # the first look confirms the nodes entered the check
 MAX_WAIT_S = 3600
 LEASE_TTL_S = 6 * 3600  # renewed on every step; a dead round's lease frees itself
-# A poll lists only the round's members (one launch-time window, usually one page); the whole cluster is
-# observed this often, as Reconcile does when no round is live (it leaves a live round's cluster to the polls).
+# A poll lists only the round's members (one launch-time window, usually one page). It looks at the whole cluster
+# when an event said a node changed since its last whole look, at most this often...
 FULL_OBSERVE_S = 300
+# ...and at least this often whatever the events say (one can be lost; Reconcile leaves a live round's cluster
+# to its polls).
+QUIET_OBSERVE_S = 900
 # HyperPod waits up to 10 minutes for a running job before it skips a node; allow for our poll spacing.
 SKIP_GRACE_S = 15 * 60
 # A node whose lines were due but are not all there yet is looked at again this often by another round's polls.
 LATE_LINES_LOOK_S = 120
 DEFAULT_POLL_S = 60  # a cluster whose groups are unknown (none described) is polled this often
+# A round's polls ask HyperPod whether its check operation still runs at most this often: the answer only moves a
+# node that stays in DeepHealthCheckInProgress past its checks' time (isolated?) or was never seen in it
+# (skipped?), and a failure line judges the first kind without it.
+OPERATIONS_LOOK_S = 300
 
 # The check round's steps in workflow order: each is one Lambda (its construct id), handler module and ASL Task.
 RoundStep = Literal["ClaimRound", "StartCheck", "PollCheck", "RecoverNodes", "FinishRound"]
@@ -85,6 +92,8 @@ class RoundState(BaseModel):
     observed_at: float | None = None  # the last time a step observed the whole cluster
     # When nodes another round left settling have their result lines due: a poll then looks at the whole cluster.
     judge_at: float | None = None
+    operations_at: float | None = None  # the last time a poll asked ListClusterOperations
+    acting: int = 0  # nodes being recovered at the last whole look (`acting_on`): the polls look at them too
     done: bool = False
     error: dict[str, Any] | None = None  # set by the workflow's Catch before "Abandon round"
 
@@ -262,6 +271,28 @@ def settling_elsewhere(
     return min(due, default=None)
 
 
+def whole_look_due(observed_at: float | None, changed_at: float | None, acting: bool, now: float) -> bool:
+    """Whether a live round's poll looks at the whole cluster rather than only its members: nothing outside them
+    can have changed unless an event said so (`changed_at`) or a node outside them is being recovered (`acting`:
+    a reboot or replacement ends with no event the controller is sure to get); else now and then, in case an event
+    was lost (QUIET_OBSERVE_S)."""
+    if observed_at is None:
+        return True
+    since = now - observed_at
+    changed = acting or (changed_at is not None and changed_at >= observed_at)
+    return since >= QUIET_OBSERVE_S or (changed and since >= FULL_OBSERVE_S)
+
+
+def acting_on(records: Iterable[NodeRecord]) -> int:
+    """How many nodes are being recovered, or are due to be: their next state comes from a look, not an event."""
+    return sum(1 for r in records if r.state in (NodeState.RECOVERING, NodeState.RECOVERY_DUE))
+
+
+def operations_look_due(asked_at: float | None, now: float) -> bool:
+    """Whether a poll may ask about the cluster's check operation (when a verdict hangs on it)."""
+    return asked_at is None or now - asked_at >= OPERATIONS_LOOK_S
+
+
 def poll_interval(groups: dict[str, GroupContext]) -> int:
     """A round polls as often as its most demanding group asks."""
     return min((g.policy.poll_interval_s for g in groups.values()), default=DEFAULT_POLL_S)
@@ -315,7 +346,8 @@ def next_wait(started_at: float, now: float, expected_s: int, poll_interval_s: i
     elapsed = now - started_at
     if elapsed < FIRST_POLL_S:
         return math.ceil(FIRST_POLL_S - elapsed)
-    wake_at = started_at + 0.8 * expected_s
+    # Two polls before the lower end of the documented duration (and from 80 % of a short one): no node ends sooner.
+    wake_at = started_at + max(0.8 * expected_s, expected_s - 2 * poll_interval_s)
     if awaiting_start and elapsed < SKIP_GRACE_S:
         wake_at = min(wake_at, started_at + SKIP_GRACE_S)
     if now + poll_interval_s < wake_at:

@@ -44,6 +44,7 @@ class ClusterView:
     complete: bool = True  # `records` holds every record of the cluster (not only a round's members)
     # Every record of the cluster, where `records` holds only some: whose names a result line may carry.
     everyone: dict[str, NodeRecord] | None = None
+    operations_asked: bool = False  # this look asked ListClusterOperations
 
     def names(self) -> dict[str, NodeRecord] | None:
         """Every record of the cluster, if this view has them (None: result lines cannot be attributed here)."""
@@ -150,10 +151,15 @@ class Context:
 
     def renew(self, state: RoundState) -> float:
         """Extend the round's lease (LeaseLost if another round holds it now); returns the time of the renewal."""
+        return self.renewed(state)[0]
+
+    def renewed(self, state: RoundState) -> tuple[float, RoundMeta]:
+        """`renew`, with the round item as the renewal wrote it."""
         now = self.clock()
-        if not self.table.acquire_lease(state.cluster, state.round_seq, state.round_id, now, LEASE_TTL_S):
+        meta = self.table.acquire_lease(state.cluster, state.round_seq, state.round_id, now, LEASE_TTL_S)
+        if meta is None:
             raise LeaseLost(f"{state.round_id} no longer holds the lease of {state.cluster}")
-        return now
+        return now, meta
 
     def live_round(self, cluster: str) -> str | None:
         """The round holding the cluster's lease, if its lease has not expired."""

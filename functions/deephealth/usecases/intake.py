@@ -35,8 +35,10 @@ def _node_signal(ctx: Context, signal: NodeSignal) -> str:
     if not signal.unhealthy:
         # A node may have become ready, or changed. HyperPod's listing is the truth, not the event: the round's
         # Claim lists the cluster once and records every node that is ready, and a live round's polls list it
-        # every FULL_OBSERVE_S. So the event only wakes the cluster's round. A DescribeClusterNode per event
-        # would be one call per node, and a burst of 500 arrivals would meet SageMaker's throttling.
+        # when an event says something changed. So the event only wakes the cluster's round, or tells a live
+        # one (note_change). A DescribeClusterNode per event would be one call per node, and a burst of 500
+        # arrivals would meet SageMaker's throttling.
+        ctx.table.note_change(signal.cluster, ctx.clock())
         ctx.start_round(signal.cluster)
         return f"round woken: {signal.reason[:100]}"
     try:
@@ -62,5 +64,6 @@ def _node_signal(ctx: Context, signal: NodeSignal) -> str:
         return "no change"
     saved = save_and_announce(ctx, [change])
     if saved and (saved[0].state == NodeState.RECOVERY_DUE or saved[0].ready_at is not None):
+        ctx.table.note_change(signal.cluster, ctx.clock())  # a live round's next poll sees it
         ctx.start_round(signal.cluster)  # a re-check is waiting, or a recovery is due
     return f"{change[1].from_state} -> {change[1].to_state}"

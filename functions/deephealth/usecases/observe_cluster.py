@@ -24,7 +24,12 @@ from deephealth.usecases.readings import note_look
 
 
 def observe_cluster(
-    ctx: Context, cluster: str, trigger: str, fresh: bool = False, orphaned_before: int | None = None
+    ctx: Context,
+    cluster: str,
+    trigger: str,
+    fresh: bool = False,
+    orphaned_before: int | None = None,
+    ask_operations: bool = True,
 ) -> ClusterView:
     """One paginated ListClusterNodes pass (+ one result-log query if a check ended) folded into records.
 
@@ -32,7 +37,7 @@ def observe_cluster(
     goes back in the queue (None: the caller cannot tell)."""
     view = ctx.view(cluster, fresh=fresh)
     snapshots = {s.key: s for s in ctx.hyperpod.list_nodes(cluster) if s.key}
-    changes = fold(ctx, cluster, view, snapshots, trigger, orphaned_before)
+    changes = fold(ctx, cluster, view, snapshots, trigger, orphaned_before, ask_operations)
     reason = f"the cluster was recreated (now {view.info.cluster_id}): this node belonged to the one before"
     changes += [c for r in view.previous.values() if (c := close_out(r, reason, ctx.clock(), trigger))]
     if changes and not view.records:
@@ -53,7 +58,9 @@ def observe_cluster(
     return view
 
 
-def observe_members(ctx: Context, cluster: str, round_id: str, window: ListingWindow) -> ClusterView:
+def observe_members(
+    ctx: Context, cluster: str, round_id: str, window: ListingWindow, ask_operations: bool = True
+) -> ClusterView:
     """A poll's cheap look: list only the round's launch-time window, read only the nodes listed, and fold
     what the round's members show. A member missing from the window (replaced mid-check: a new launch
     time) waits for the next look at the whole cluster."""
@@ -69,7 +76,8 @@ def observe_members(ctx: Context, cluster: str, round_id: str, window: ListingWi
         # Their lines are due: only every record can tell a line of a node nobody knows from an anonymous one.
         everyone = ctx.table.load_cluster(cluster).items()
         view.everyone = {k: r for k, r in everyone if r.cluster_id in (None, view.info.cluster_id)}
-    changes = fold(ctx, cluster, view, {k: listed[k] for k in view.records}, round_id, round_seq_of(round_id))
+    members = {k: listed[k] for k in view.records}
+    changes = fold(ctx, cluster, view, members, round_id, round_seq_of(round_id), ask_operations)
     for saved in save_and_announce(ctx, changes):
         view.records[saved.key] = saved
     return view
@@ -82,10 +90,12 @@ def fold(
     snapshots: dict[str, NodeSnapshot],
     trigger: str,
     orphaned_before: int | None = None,
+    ask_operations: bool = True,
 ) -> list[tuple[NodeRecord, Decision]]:
     """Observe every node in `snapshots` or `view.records`. The result logs are read once, when a look at the
     whole cluster finds a node whose lines are due (out of its check `settle_s` ago, or overdue in it) or a passed
-    node still being revisited; HyperPod's check operations are asked about once, when a verdict hangs on them."""
+    node still being revisited; HyperPod's check operations are asked about once, when a verdict hangs on them
+    (and `ask_operations`: a round's polls ask at most every OPERATIONS_LOOK_S)."""
     view.snapshots = snapshots
     now = ctx.clock()
     checking = [r for r in view.records.values() if r.state == NodeState.CHECKING and r.check_started_at]
@@ -103,7 +113,8 @@ def fold(
         lines = ctx.logs.lines_since(view.info.log_group, since)
         results = ResultLog(lines, since=since, read_at=now, index=index, names_complete=view.complete)
     active: ActiveCheck | None = None
-    asked = any(_ask_operation(r, snapshots.get(r.key), view, now) for r in checking)
+    asked = ask_operations and any(_ask_operation(r, snapshots.get(r.key), view, now) for r in checking)
+    view.operations_asked = asked
     if asked:
         active = ctx.hyperpod.active_check(cluster)
     obs = Observation(

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from deephealth.domain.errors import ClusterNotFound
 from deephealth.domain.rounds import (
-    FULL_OBSERVE_S,
     RoundState,
+    acting_on,
     build_check_request,
     check_over,
     expected_check_s,
     next_look,
+    operations_look_due,
     settling_elsewhere,
+    whole_look_due,
 )
 from deephealth.usecases.context import Context
 from deephealth.usecases.observe_cluster import close_cluster, observe_cluster, observe_members
@@ -19,22 +21,25 @@ MAX_POLLS = 2000  # a hard stop far beyond any check timeout, in case the clock 
 
 
 def poll_check(ctx: Context, state: RoundState) -> RoundState:
-    """Look at the round's members (and, every FULL_OBSERVE_S, at the whole cluster); decide when to look
-    again. The round ends only after a look at the whole cluster has found no member left in the check."""
-    now = ctx.renew(state)
+    """Look at the round's members (and, when something else may have changed, at the whole cluster); decide when
+    to look again. The round ends only after a look at the whole cluster has found no member left in the check."""
+    now, meta = ctx.renewed(state)
     observed_at = state.observed_at
-    full = state.window is None or observed_at is None or now - observed_at >= FULL_OBSERVE_S
+    full = state.window is None or whole_look_due(observed_at, meta.changed_at, state.acting > 0, now)
     # Nodes an earlier round left settling (below): their lines are due now, and only a whole look judges them.
     full = full or (state.judge_at is not None and now >= state.judge_at)
+    ask = operations_look_due(state.operations_at, now)
     try:
         if not full:
-            view = observe_members(ctx, state.cluster, state.round_id, state.window)  # type: ignore[arg-type]
+            view = observe_members(ctx, state.cluster, state.round_id, state.window, ask)  # type: ignore[arg-type]
             # It looks finished, or its check just ended (once): confirm on the whole cluster.
             members = view.members(state.round_id)
             left = [r.check_left_at for r in members if r.check_left_at is not None]
             full = len(left) == len(members) and (not left or observed_at is None or observed_at < max(left))
         if full:
-            view = observe_cluster(ctx, state.cluster, state.round_id, orphaned_before=state.round_seq)
+            view = observe_cluster(
+                ctx, state.cluster, state.round_id, orphaned_before=state.round_seq, ask_operations=ask
+            )
             observed_at = now
     except ClusterNotFound:
         close_cluster(ctx, state.cluster, "cluster deleted during the round", state.round_id)
@@ -57,6 +62,8 @@ def poll_check(ctx: Context, state: RoundState) -> RoundState:
             "polls": polls,
             "observed_at": observed_at,
             "judge_at": judge_at,
+            "operations_at": now if view.operations_asked else state.operations_at,
+            "acting": acting_on(view.records.values()) if full else state.acting,
             # Due now, among what this look saw: the workflow recovers them at once (Recover decided nodes) rather
             # than at the round's end, so they are back for the next round. Only a look at the whole cluster sees
             # every due node; the round ends on one.

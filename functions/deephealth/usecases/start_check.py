@@ -8,6 +8,7 @@ from deephealth.domain.nodes import IN_PROGRESS, RUNNING, NodeRecord, NodeState,
 from deephealth.domain.recovery import apply_verdict
 from deephealth.domain.rounds import (
     RoundState,
+    acting_on,
     build_check_request,
     expected_check_s,
     listing_window,
@@ -105,7 +106,14 @@ def start_check(ctx: Context, state: RoundState) -> RoundState:
     )
     window = listing_window(snapshots[r.key] for r in checked)
     return state.model_copy(
-        update={"started_at": now, "wait_s": wait, "done": not configs, "window": window, "observed_at": now}
+        update={
+            "started_at": now,
+            "wait_s": wait,
+            "done": not configs,
+            "window": window,
+            "observed_at": now,
+            "acting": acting_on(view.records.values()),
+        }
     )
 
 
