@@ -35,6 +35,7 @@ from infra.acknowledgements import acknowledge, acknowledge_wildcard_resource
 from infra.cluster_access import grant_cluster_access
 from infra.controller_config import ASSET_EXCLUDE, FUNCTIONS_DIR, REPO_ROOT
 from infra.dead_letter_queue import DeadLetterQueue
+from infra.nodes_table import SAVED_INDEX
 
 RUNTIME = lambda_.Runtime.PYTHON_3_13
 ARCHITECTURE = lambda_.Architecture.ARM_64
@@ -60,6 +61,7 @@ class FunctionSpec:
     reads_check_logs: bool = False  # logs:FilterLogEvents on HyperPod's result logs (a cluster observation)
     lists_clusters: bool = False  # only granted when the config watches "all" clusters
     invoked_async: bool = False  # by EventBridge: gets an on-failure DLQ and 2 retries
+    queries_saved_index: bool = False  # dynamodb:Query on the nodes table's SAVED_INDEX (the bridge's "changed?")
 
 
 # A cluster observation (observe_cluster) asks whether a check operation is active when a node's status cannot
@@ -131,6 +133,7 @@ FUNCTIONS: Mapping[str, FunctionSpec] = {
         30,
         "Operator REST API: cluster, group and node views; queues on-demand checks",
         ("DescribeCluster",),
+        queries_saved_index=True,
     ),
 }
 # Exactly the DynamoDB calls of the code (adapters/node_table.py), instead of grant_read_write_data's twelve
@@ -395,7 +398,14 @@ class ControllerFunctions(Construct):
                 description=spec.description,
                 invoked_async=spec.invoked_async,
             )
-            table.grant(function, *TABLE_ACTIONS)
+            # The table's ARN only (table.grant would add <table>/index/* for every function).
+            iam.Grant.add_to_principal(grantee=function, actions=list(TABLE_ACTIONS), resource_arns=[table.table_arn])
+            if spec.queries_saved_index:
+                iam.Grant.add_to_principal(
+                    grantee=function,
+                    actions=["dynamodb:Query"],
+                    resource_arns=[f"{table.table_arn}/index/{SAVED_INDEX}"],
+                )
             # Only the call the code makes (grant_read would add ssm:GetParameters, GetParameterHistory and
             # DescribeParameters, none of which any function calls).
             iam.Grant.add_to_principal(

@@ -6,6 +6,8 @@ from aws_cdk import RemovalPolicy
 from aws_cdk import aws_dynamodb as ddb
 from constructs import Construct
 
+from deephealth.adapters.node_table import SAVED_INDEX  # the code's name for it: one name
+
 
 class NodesTable(ddb.TableV2):
     def __init__(self, scope: Construct, id: str, *, deletion_protection: bool = True) -> None:
@@ -15,6 +17,16 @@ class NodesTable(ddb.TableV2):
             partition_key=ddb.Attribute(name="pk", type=ddb.AttributeType.STRING),
             sort_key=ddb.Attribute(name="sk", type=ddb.AttributeType.STRING),
             billing=ddb.Billing.on_demand(),
+            # Node items by when they were saved: the Slurm bridge's idle pass asks "anything since t?" and reads
+            # at most one key (adapters/node_table.py SAVED_INDEX), not the cluster.
+            global_secondary_indexes=[
+                ddb.GlobalSecondaryIndexPropsV2(
+                    index_name=SAVED_INDEX,
+                    partition_key=ddb.Attribute(name="pk", type=ddb.AttributeType.STRING),
+                    sort_key=ddb.Attribute(name="saved_at", type=ddb.AttributeType.NUMBER),
+                    projection_type=ddb.ProjectionType.KEYS_ONLY,
+                )
+            ],
             # Encrypted at rest with KMS, under the AWS managed key `aws/dynamodb`, on purpose: only DynamoDB may
             # use it, for principals of this account (its key policy: kms:ViaService + kms:CallerAccount), every
             # use is in CloudTrail, and AWS rotates it. Access is decided by IAM: the functions' roles hold only

@@ -102,9 +102,12 @@ class OperatorClient:
     def get_readings(self, cluster: str) -> Json:
         return self._call("GET", _path("clusters", cluster, "readings"))
 
-    def slurm_state(self, cluster: str) -> Json:
-        """The desired Slurm state of every node: every `next_token` page, `nodes` concatenated into the first."""
+    def slurm_state(self, cluster: str, since: tuple[float, str] | None = None) -> Json:
+        """The desired Slurm state of every node: every `next_token` page, `nodes` concatenated into the first.
+        `since` (as_of, digest of the last whole document): the answer may be `unchanged: true`, with no nodes."""
         query = {"limit": str(SLURM_STATE_PAGE)}
+        if since is not None:
+            query |= {"since": repr(since[0]), "digest": since[1]}
         document: Json = self._call("GET", _path("clusters", cluster, "slurm"), query=query)
         while document.get("next_token"):
             query["next_token"] = document["next_token"]

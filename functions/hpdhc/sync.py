@@ -18,9 +18,9 @@ import json
 import logging
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, TypeGuard
 
 from hpdhc.client import ApiError, Json, OperatorClient
 from hpdhc.scontrol import OWNED_PREFIX, UPDATE_BATCH, Slurm, SlurmError, SlurmNode, SlurmUnreachable
@@ -91,13 +91,23 @@ def unlisted_node_changes(node: SlurmNode, isolating: bool | None, complete: boo
 @dataclass(frozen=True)
 class Document:
     """The controller's desired state, as the bridge reads it. `complete`: every node HyperPod lists is recorded,
-    so a Slurm node the document does not list is new. `generation` only grows with the controller's data."""
+    so a Slurm node the document does not list is new. `generation` only grows with the controller's data.
+    `keys` (name -> the record's key) and `pending` (names waiting for a check) say whose occupancy to report;
+    `as_of` and `digest` let the next pass ask "changed since?" and get `unchanged` instead of every node."""
 
     wanted: dict[str, Desired | None]  # None: an entry off the contract, left as it is
     isolating_groups: frozenset[str]
     complete: bool
     generation: float
     interval_s: float | None = None
+    keys: Mapping[str, str] = field(default_factory=dict)
+    pending: frozenset[str] = frozenset()
+    as_of: float | None = None
+    digest: str | None = None
+
+    def cursor(self) -> tuple[float, str] | None:
+        """(as_of, digest) to ask the controller whether this document still holds; None: a whole one is asked."""
+        return None if self.as_of is None or self.digest is None else (self.as_of, self.digest)
 
     def to_json(self) -> Json:
         return {
@@ -105,12 +115,26 @@ class Document:
             "isolating_groups": sorted(self.isolating_groups),
             "complete": self.complete,
             "generation": self.generation,
+            "keys": dict(sorted(self.keys.items())),
+            "pending": sorted(self.pending),
+            "as_of": self.as_of,
+            "digest": self.digest,
         }
 
     @classmethod
     def from_json(cls, data: Json) -> Document:
         wanted = {str(n): None if d is None else Desired(d[0], str(d[1])) for n, d in data["wanted"].items()}
-        return cls(wanted, frozenset(data["isolating_groups"]), bool(data["complete"]), float(data["generation"]))
+        as_of, digest = data.get("as_of"), data.get("digest")
+        return cls(
+            wanted,
+            frozenset(data["isolating_groups"]),
+            bool(data["complete"]),
+            float(data["generation"]),
+            keys={str(n): str(k) for n, k in (data.get("keys") or {}).items()},
+            pending=frozenset(str(n) for n in data.get("pending") or []),
+            as_of=float(as_of) if _number(as_of) else None,
+            digest=digest if isinstance(digest, str) else None,
+        )
 
 
 class Malformed(ValueError):
@@ -123,9 +147,11 @@ def read_document(cluster: str, document: object, errors: list[str]) -> Document
     if not isinstance(document, dict) or document.get("cluster") != cluster:
         raise Malformed(f"not the desired Slurm state of cluster {cluster}")
     nodes, generation = document.get("nodes"), document.get("generation")
-    if not isinstance(nodes, list) or not isinstance(generation, (int, float)) or not _number(generation):
+    if not isinstance(nodes, list) or not _number(generation):
         raise Malformed("no node list or generation: a controller older than this bridge?")
     wanted: dict[str, Desired | None] = {}
+    keys: dict[str, str] = {}
+    pending: set[str] = set()
     for entry in nodes:
         desired = _desired(entry)
         if isinstance(desired, str):
@@ -133,14 +159,44 @@ def read_document(cluster: str, document: object, errors: list[str]) -> Document
         if isinstance(entry, dict) and isinstance(entry.get("node"), str):
             name = entry["node"]
             # One name, one entry: a name listed twice is not ours to guess about.
-            wanted[name] = None if isinstance(desired, str) or name in wanted else desired
+            twice = name in wanted
+            wanted[name] = None if isinstance(desired, str) or twice else desired
+            key = entry.get("key", "")  # absent: a controller older than keys, which reads reports by name
+            if isinstance(key, str) and not twice:
+                keys[name] = key
+            else:
+                keys.pop(name, None)  # no record of its own (an ambiguous name), or two entries: not reported
+            if entry.get("state") == "pending":
+                pending.add(name)
     isolating = frozenset(g for g in document.get("isolating_groups") or [] if isinstance(g, str))
     interval = document.get("sync_interval_s")
     suggested = float(interval) if isinstance(interval, (int, float)) and _number(interval) else None
-    return Document(wanted, isolating, document.get("complete") is True, float(generation), suggested)
+    as_of, digest = document.get("as_of"), document.get("digest")
+    return Document(
+        wanted,
+        isolating,
+        document.get("complete") is True,
+        float(generation),
+        suggested,
+        keys=keys,
+        pending=frozenset(pending),
+        as_of=float(as_of) if _number(as_of) else None,
+        digest=digest if isinstance(digest, str) else None,
+    )
 
 
-def _number(value: object) -> bool:
+def still_holds(cluster: str, answer: object, kept: Document | None) -> Document | None:
+    """The kept document, when the controller answered that it still holds (`unchanged`, the same digest and
+    cursor); None for any other answer (a whole document, read with `read_document`)."""
+    if not isinstance(answer, dict) or answer.get("unchanged") is not True or answer.get("cluster") != cluster:
+        return None
+    if kept is None or kept.cursor() is None or answer.get("digest") != kept.digest:
+        raise Malformed("an unchanged answer for a document this bridge does not hold")
+    interval = answer.get("sync_interval_s")
+    return replace(kept, interval_s=float(interval) if _number(interval) else kept.interval_s)
+
+
+def _number(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
@@ -162,9 +218,10 @@ def _desired(entry: object) -> Desired | str:
 
 
 class Controller(Protocol):
-    """What the bridge needs of the controller: the desired state document (every page), and who hears occupancy."""
+    """What the bridge needs of the controller: the desired state document (every page), and who hears occupancy.
+    `since` (a document's `cursor()`): the controller may answer `unchanged` instead."""
 
-    def desired(self, cluster: str) -> Json: ...
+    def desired(self, cluster: str, since: tuple[float, str] | None = None) -> Json: ...
 
     def report(self, cluster: str, nodes: list[Json]) -> Json: ...
 
@@ -175,8 +232,8 @@ class ApiController(Controller):
     def __init__(self, client: OperatorClient) -> None:
         self.client = client
 
-    def desired(self, cluster: str) -> Json:
-        return self.client.slurm_state(cluster)
+    def desired(self, cluster: str, since: tuple[float, str] | None = None) -> Json:
+        return self.client.slurm_state(cluster, since)
 
     def report(self, cluster: str, nodes: list[Json]) -> Json:
         return self.client.report_occupancy(cluster, nodes)
@@ -187,10 +244,12 @@ class ApiController(Controller):
 
 @dataclass
 class Memory:
-    """What the bridge keeps between passes (and, with a state dir, across restarts): the last document applied."""
+    """What the bridge keeps between passes (and, with a state dir, across restarts): the last document applied.
+    `held`: the claims last reported (None: nothing reported yet, so the next report names every node)."""
 
     document: Document | None = None
     path: Path | None = None
+    held: dict[str, str | None] | None = None
 
     @classmethod
     def load(cls, path: Path | None) -> Memory:
@@ -239,7 +298,9 @@ def sync_once(
     memory = memory if memory is not None else Memory()
     result = SyncResult()
     try:
-        document: Document | None = read_document(cluster, controller.desired(cluster), result.errors)
+        cursor = memory.document.cursor() if memory.document is not None and not dry_run else None
+        answer = controller.desired(cluster, cursor) if cursor is not None else controller.desired(cluster)
+        document = still_holds(cluster, answer, memory.document) or read_document(cluster, answer, result.errors)
         result.interval_s = document.interval_s if document else None
     except Exception as err:  # whatever failed (network, HTTP, JSON, shape): no fresh answer
         result.failure = (
@@ -276,20 +337,27 @@ def sync_once(
     if not fresh or dry_run:
         return result
     memory.keep(document)
-    occupancy = []
+    # Occupancy matters to a node waiting for its check; a claim, when it changes. Nothing else is reported, so an
+    # idle cluster's pass reports nothing (the first pass of a run reports every node once).
+    occupancy, held = [], {}
     for name in sorted(document.wanted):
-        if name in actual:
-            entry: Json = {"node": name, "busy": actual[name].busy}
-            if name in result.held:
-                entry["held"] = result.held[name]
+        key = document.keys.get(name)
+        if name not in actual or key is None:
+            continue  # not in Slurm, or no record of its own (an ambiguous name): nothing to report it on
+        held[name] = result.held.get(name)
+        if memory.held is None or name in document.pending or memory.held.get(name) != held[name]:
+            entry: Json = {"node": name, "busy": actual[name].busy} | ({"key": key} if key else {})
+            if held[name] is not None:
+                entry["held"] = held[name]
             occupancy.append(entry)
-    if occupancy:
-        try:
+    try:
+        if occupancy:
             controller.report(cluster, occupancy)
             result.reported = occupancy
-        except Exception as err:  # Slurm is already right; the controller hears about occupancy next time
-            result.errors.append(f"occupancy report: {err}")
-            log.warning("occupancy report: %s", err)
+        memory.held = held
+    except Exception as err:  # Slurm is already right; the controller hears about occupancy next time
+        result.errors.append(f"occupancy report: {err}")
+        log.warning("occupancy report: %s", err)
     return result
 
 

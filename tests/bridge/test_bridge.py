@@ -19,8 +19,10 @@ from hpdhc.client import ApiError, OperatorClient
 from hpdhc.scontrol import OWNED_PREFIX, Scontrol, SlurmError, SlurmNode, SlurmUnreachable, parse_node, parse_nodes
 from hpdhc.sync import (
     AWAITING,
+    EXIT_API,
     FEATURES,
     Desired,
+    Document,
     Memory,
     changes,
     sync_once,
@@ -338,7 +340,7 @@ def test_what_the_controller_decides_is_applied_in_one_call_per_change_and_then_
         assert (state.drained, state.reason) == (desired.reason is not None, desired.reason)
         assert state.features == ("gpu", desired.feature)
     assert [u[0] for u in slurm.updates] == [("a", "b"), ("c",), ("d",)], "one scontrol update per distinct change"
-    assert first.reported == [{"node": n, "busy": n == "b"} for n in "abcd"] == controller.reports[0]
+    assert first.reported == [{"node": n, "busy": n == "b", "key": f"lid-{n}"} for n in "abcd"] == controller.reports[0]
 
     slurm.updates.clear()
     assert sync_once("c", controller, slurm, PARTITIONS).applied == {} and slurm.updates == []
@@ -351,8 +353,8 @@ def test_a_held_node_is_reported_with_its_claim_and_never_resumed():
     result = sync_once("c", controller, slurm, PARTITIONS)
     assert slurm.updates == [] and result.applied == {}
     assert controller.reports[0] == [
-        {"node": "a", "busy": False, "held": "DOWN: bad dimm, do not use"},
-        {"node": "b", "busy": False, "held": "FAIL: Action:Reboot"},
+        {"node": "a", "busy": False, "key": "lid-a", "held": "DOWN: bad dimm, do not use"},
+        {"node": "b", "busy": False, "key": "lid-b", "held": "FAIL: Action:Reboot"},
     ]
 
 
@@ -661,3 +663,53 @@ def test_logs_carry_syslog_priorities_under_journald(monkeypatch, capsys):
     bridge.log.info("y")
     err = capsys.readouterr().err
     assert "<3>ERROR x" in err and "<6>INFO y" in err
+
+
+class CursorController(FakeController):
+    """A controller that answers `unchanged` when asked with the cursor of its current document."""
+
+    def __init__(self, document: dict) -> None:
+        super().__init__(document)
+        self.asked: list[tuple[float, str] | None] = []
+
+    def desired(self, cluster: str, since: tuple[float, str] | None = None) -> dict:
+        self.asked.append(since)
+        if since is not None and since == (self.document["as_of"], self.document["digest"]):
+            return {"cluster": cluster, "sync_interval_s": 60, "isolating_groups": self.document["isolating_groups"],
+                    "complete": True, "unchanged": True, "as_of": since[0], "digest": since[1], "nodes": [],
+                    "next_token": None}  # fmt: skip
+        return self.document
+
+
+def pending_entry(name: str, reason: str | None, feature: str = IN_PROGRESS) -> dict:
+    return {**entry(name, reason, feature), "state": "pending"}
+
+
+def test_an_unchanged_answer_keeps_the_last_document_and_an_idle_pass_reports_nothing():
+    doc = {**document(entry("a", None, PASSED), entry("b", None, PASSED), pending_entry("c", WAIT)),
+           "as_of": 100.0, "digest": "0123456789abcdef"}  # fmt: skip
+    controller = CursorController(doc)
+    slurm = FakeSlurm(node("a", features=("gpu", PASSED)), node("b", features=("gpu", PASSED)), node("c"))
+    memory = Memory()
+    first = sync_once("c", controller, slurm, PARTITIONS, memory)
+    assert [n["node"] for n in first.reported] == ["a", "b", "c"]  # a run's first pass reports every node once
+    slurm.updates.clear()
+    second = sync_once("c", controller, slurm, PARTITIONS, memory)
+    assert controller.asked[-1] == (100.0, "0123456789abcdef")
+    assert second.errors == [] and second.applied == {} and slurm.updates == []
+    assert second.reported == [{"node": "c", "busy": False, "key": "lid-c"}]  # only the node waiting for its check
+    # A claim appears on a passed node: reported once, with the claim; then nothing again for it.
+    slurm.state["a"] = node("a", reason="bad dimm", states=("DOWN",), features=("gpu", PASSED))
+    third = sync_once("c", controller, slurm, PARTITIONS, memory)
+    assert [(n["node"], n.get("held")) for n in third.reported] == [("a", "DOWN: bad dimm"), ("c", None)]
+    fourth = sync_once("c", controller, slurm, PARTITIONS, memory)
+    assert [n["node"] for n in fourth.reported] == ["c"]
+
+
+def test_an_unchanged_answer_for_a_document_the_bridge_does_not_hold_changes_nothing():
+    slurm = FakeSlurm(node("a"))
+    controller = FakeController({"cluster": "c", "unchanged": True, "digest": "0123456789abcdef", "nodes": [],
+                                 "generation": None, "isolating_groups": ["p5-workers"]})  # fmt: skip
+    memory = Memory(Document({"a": Desired(None, PASSED)}, frozenset({"p5-workers"}), True, 1.0))  # no cursor
+    result = sync_once("c", controller, slurm, PARTITIONS, memory)
+    assert result.failure == EXIT_API and slurm.updates == [] and result.reported == []

@@ -188,7 +188,7 @@ def test_a_rerun_with_nothing_changed_runs_no_update(slurm: SlurmCluster):
     scontrol = RecordingScontrol()
     again = sync(controller, scontrol)
     assert (again.applied, again.errors, scontrol.updates) == ({}, [], [])
-    assert again.reported == [{"node": n, "busy": False} for n in (A, B, C)]
+    assert again.reported == [{"node": n, "busy": False, "key": f"lid-{n}"} for n in (A, B, C)]
 
 
 def test_our_reason_is_reworded_as_the_check_moves_on_and_a_passed_node_takes_jobs_again(slurm: SlurmCluster):
@@ -251,7 +251,8 @@ def test_a_running_job_is_not_killed_when_its_node_is_drained_and_is_reported_bu
     result = sync(controller, scontrol)
     assert [node for node, _ in scontrol.updates] == [A, B] and result.errors == []
     assert field(slurm.line(A), "State") == "ALLOCATED+DRAIN"  # sinfo: drng, the job goes on
-    assert controller.reports == [[{"node": A, "busy": True}, {"node": B, "busy": False}]]
+    reported = [{"node": A, "busy": True, "key": f"lid-{A}"}, {"node": B, "busy": False, "key": f"lid-{B}"}]
+    assert controller.reports == [reported]
     time.sleep(1)
     assert slurm.job_state(job) == "RUNNING"
 
@@ -260,7 +261,7 @@ def test_a_running_job_is_not_killed_when_its_node_is_drained_and_is_reported_bu
     controller.document = document(entry(A, FAILED, "HealthCheck:Failed"), entry(B, FAILED, "HealthCheck:Failed"))
     sync(controller)
     assert slurm.job_state(job) == "RUNNING" and field(slurm.line(A), "State") == "ALLOCATED+DRAIN"
-    assert controller.reports[-1] == [{"node": A, "busy": True}, {"node": B, "busy": False}]
+    assert controller.reports[-1] == reported
     states = {a for _, args in scontrol.updates for a in args if a.startswith("State=")}
     assert states == {"State=DRAIN"}, "nothing but drains: no DOWN, no FAIL"
 
@@ -388,8 +389,9 @@ def test_through_the_api_client_pages_and_signed_requests(slurm: SlurmCluster, a
         ("POST", f"/clusters/{CLUSTER}/slurm/occupancy", {}),
     ]
     assert all(auth.startswith("AWS4-HMAC-SHA256 ") for *_, auth in api.requests), "SigV4-signed"
-    assert api.occupancy == [{"nodes": [{"node": A, "busy": False}, {"node": B, "busy": False},
-                                        {"node": C, "busy": True}]}]  # fmt: skip
+    assert api.occupancy == [{"nodes": [{"node": A, "busy": False, "key": f"lid-{A}"},
+                                        {"node": B, "busy": False, "key": f"lid-{B}"},
+                                        {"node": C, "busy": True, "key": f"lid-{C}"}]}]  # fmt: skip
     assert field(slurm.line(C), "State") == "ALLOCATED+DRAIN" and slurm.job_state(job) == "RUNNING"
 
 

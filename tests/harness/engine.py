@@ -142,11 +142,22 @@ class Harness:
 
     def _create_resources(self) -> None:
         ddb = boto3.client("dynamodb", region_name=REGION)
+        # The nodes table as the template deploys it: keys, attributes and indexes.
+        table = next(
+            r["Properties"]
+            for r in self.template.template["Resources"].values()
+            if r["Type"] in ("AWS::DynamoDB::GlobalTable", "AWS::DynamoDB::Table")
+        )
+        indexes = [
+            {"IndexName": i["IndexName"], "KeySchema": i["KeySchema"], "Projection": i["Projection"]}
+            for i in table.get("GlobalSecondaryIndexes", [])
+        ]
         ddb.create_table(
             TableName=TABLE_NAME,
             BillingMode="PAY_PER_REQUEST",
-            AttributeDefinitions=[{"AttributeName": k, "AttributeType": "S"} for k in ("pk", "sk")],
-            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            AttributeDefinitions=table["AttributeDefinitions"],
+            KeySchema=table["KeySchema"],
+            **({"GlobalSecondaryIndexes": indexes} if indexes else {}),
         )
         boto3.client("ssm", region_name=REGION).put_parameter(
             Name=CONFIG_PARAMETER_NAME, Type="String", Value=json.dumps(self.config)

@@ -7,6 +7,8 @@ cluster's instance role would (the API's resource policy lets that principal thr
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from deephealth.domain.nodes import NodeRecord, NodeState, Outcome, Verdict
@@ -431,3 +433,105 @@ def test_a_bridge_pass_reads_each_record_about_twice_whatever_the_cluster_size(h
         status, body = harness.api("POST", OCCUPANCY, {"nodes": chunk}, principal=INSTANCE_ROLE)
         assert status == 200 and body["unknown_count"] == 0
     assert sum(read) == 2 * size, read
+
+
+class _ApiController:
+    """The bridge's view of the controller (hpdhc.sync.Controller) through the real Api handler."""
+
+    def __init__(self, harness) -> None:
+        self.harness = harness
+
+    def desired(self, cluster: str, since: tuple[float, str] | None = None) -> dict:
+        query = {} if since is None else {"since": repr(since[0]), "digest": since[1]}
+        status, body = self.harness.api("GET", STATE, query=query, principal=INSTANCE_ROLE)
+        assert status == 200 and body["next_token"] is None, body
+        return body
+
+    def report(self, cluster: str, nodes: list[dict]) -> dict:
+        body: dict = {}
+        for start in range(0, len(nodes), 1000):  # the client's page (hpdhc.client SLURM_PAGE)
+            page = {"nodes": nodes[start : start + 1000]}
+            status, body = self.harness.api("POST", OCCUPANCY, page, principal=INSTANCE_ROLE)
+            assert status == 200, body
+        return body
+
+
+class _IdleSlurm:
+    def __init__(self, names: list[str]) -> None:
+        from hpdhc.scontrol import SlurmNode
+        from hpdhc.sync import FEATURES
+
+        passed = ("HealthCheck:Passed",)
+        self._nodes = {n: SlurmNode(name=n, features=passed, available=FEATURES, partitions=("dev",)) for n in names}
+        self.updates: list[tuple[list[str], list[str]]] = []
+
+    def nodes(self):
+        return dict(self._nodes)
+
+    def update(self, nodes, args) -> None:
+        self.updates.append((list(nodes), list(args)))
+
+
+@pytest.mark.controller_config({"clusters": ["demo"]})
+def test_an_idle_bridge_pass_reads_no_node_record_however_large_the_cluster(harness, fake, monkeypatch):
+    """With nothing changed since its last document, a bridge pass reads O(changed) = 0 node records: the state
+    route answers `unchanged` from the table's index (one key at most) and the bridge reports no occupancy (no
+    node waits for a check, no claim changed). A change is seen on the next pass, and then nothing again."""
+    from deephealth.adapters.node_table import NodeTable
+    from deephealth.usecases.slurm_bridge import SAVE_MARGIN_S
+    from hpdhc.sync import Memory, sync_once
+    from tests.harness import moto_patches
+
+    cluster = fake.create_cluster("demo", [GroupSpec("gpu", count=0)])
+    # The records below stand for a cluster where nothing happens: Reconcile, which would find the fake listing
+    # none of them, does not run (this test is about the bridge's reads).
+    harness._next_reconcile = float("inf")
+    table = NodeTable(TABLE_NAME)
+    size = 1500
+    for i in range(size):
+        table.save(NodeRecord(cluster="demo", cluster_id=cluster.cluster_id, key=f"n{i:05}", group="gpu",
+                              logical_id=f"n{i:05}", instance_id=f"i-{i:017x}", state=NodeState.PASSED,
+                              hostname=f"ip-10-3-{i // 250}-{i % 250}.ec2.internal"))  # fmt: skip
+    table.register_cluster("demo", recorded_at=fake.clock.now())
+    read: list[int] = []
+    originals = {name: getattr(NodeTable, name) for name in ("load_cluster", "load_nodes", "get", "changed_since")}
+
+    def counting(name):
+        def counted(self, *args):
+            out = originals[name](self, *args)
+            if (moto_patches.current_function() or "").endswith("Api"):  # the bridge's routes, not Reconcile
+                read.append(len(out) if isinstance(out, dict) else int(out is not None and out is not False))
+            return out
+
+        return counted
+
+    for name in originals:
+        monkeypatch.setattr(NodeTable, name, counting(name))
+    names = [f"ip-10-3-{i // 250}-{i % 250}" for i in range(size)]
+    controller, slurm, memory = _ApiController(harness), _IdleSlurm(names), Memory()
+    harness.advance(3 * SAVE_MARGIN_S)  # the records were saved a while ago
+    first = sync_once("demo", controller, slurm, {"dev": "gpu"}, memory)
+    assert first.failure == 0 and len(first.reported) == size  # the run's first pass: every node, once
+    assert sum(read) == 2 * size, read  # the document, and each reported node by key
+    for _ in range(10):  # ten idle passes, a sync interval apart
+        harness.advance(SYNC_INTERVAL_S)
+        read.clear()
+        idle = sync_once("demo", controller, slurm, {"dev": "gpu"}, memory)
+        assert idle.failure == 0 and idle.reported == [] and not idle.errors and not slurm.updates, idle
+        assert sum(read) == 0, read  # not one node record: the index said nothing changed
+    # One node changes (a re-check queued): the next pass gets the whole document and reports that node only.
+    changed = table.get("demo", "n00007")
+    table.save(changed.model_copy(update={"state": NodeState.PENDING, "ready_at": fake.clock.now()}))
+    harness.advance(SYNC_INTERVAL_S)
+    read.clear()
+    after = sync_once("demo", controller, slurm, {"dev": "gpu"}, memory)
+    assert [n["key"] for n in after.reported] == ["n00007"]
+    assert [nodes for nodes, _ in slurm.updates] == [["ip-10-3-0-7"]]  # drained until its check passes
+    assert sum(read) == 1 + size + 1, read  # "changed?" (one key), the document, the one record reported on
+    # A pass within SAVE_MARGIN_S of the save reads the document once more (a save may land late); then idle.
+    for _ in range(math.ceil(SAVE_MARGIN_S / SYNC_INTERVAL_S) + 2):
+        harness.advance(SYNC_INTERVAL_S)
+        read.clear()
+        again = sync_once("demo", controller, slurm, {"dev": "gpu"}, memory)
+    assert [n["key"] for n in again.reported] == ["n00007"]  # still waiting for its check: its occupancy matters
+    assert sum(read) == 1, read  # that record only

@@ -134,11 +134,14 @@ class TwinController:
             raise RuntimeError(f"HTTP {response['statusCode']}: {response.get('body')}")
         return json.loads(response["body"])
 
-    def desired(self, cluster: str) -> dict[str, Any]:
+    def desired(self, cluster: str, since: tuple[float, str] | None = None) -> dict[str, Any]:
         document: dict[str, Any] = {}
         token: str | None = None
+        cursor = {} if since is None else {"since": repr(since[0]), "digest": since[1]}
         while True:
-            page = self._call("GET", f"/clusters/{cluster}/slurm", query={"next_token": token} if token else None)
+            page = self._call(
+                "GET", f"/clusters/{cluster}/slurm", query={"next_token": token} if token else cursor or None
+            )
             nodes = document.get("nodes", []) + page["nodes"]
             document = {**page, "nodes": nodes}
             token = page.get("next_token")

@@ -93,8 +93,10 @@ def slurm_state(
     cluster: Cluster,
     limit: Annotated[int, Query(ge=1, le=MAX_STATE_PAGE)] = MAX_STATE_PAGE,
     next_token: Annotated[str | None, Query(pattern=NODE_REF_PATTERN)] = None,
+    since: Annotated[float | None, Query(ge=0, le=1e11)] = None,
+    digest: Annotated[str | None, Query(pattern=r"^[0-9a-f]{16}$")] = None,
 ) -> dict[str, Any]:
-    document = slurm_bridge.slurm_state(CONTEXT, cluster, limit, next_token)
+    document = slurm_bridge.slurm_state(CONTEXT, cluster, limit, next_token, since, digest)
     bridge_reported(cluster)  # a pull counts too: a bridge with no node in Slurm yet posts no occupancy
     return document
 
