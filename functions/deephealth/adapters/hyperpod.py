@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import re
 import time
@@ -68,6 +69,24 @@ class ClusterInfo:
     @property
     def log_group(self) -> str:
         return f"/aws/sagemaker/Clusters/{self.name}/{self.cluster_id}"
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ClusterInfo:
+        groups = {
+            name: GroupInfo(g["name"], g["node_type"], tuple(g["on_start_checks"]), g["instance_type"])
+            for name, g in data["groups"].items()
+        }
+        return cls(
+            str(data["name"]),
+            str(data["cluster_id"]),
+            str(data["arn"]),
+            str(data["status"]),
+            str(data["node_recovery"]),
+            groups=groups,
+        )
 
 
 @dataclass(frozen=True)

@@ -12,6 +12,7 @@ is conditional on the version read, so two writers never silently overwrite each
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Iterable
@@ -29,6 +30,7 @@ NODE_PREFIX = "NODE#"
 ROUND_SK = "ROUND"
 SAFETY_SK = "SAFETY"
 READINGS_SK = "READINGS"
+INFO_SK = "INFO"  # the cluster's last DescribeCluster answer, shared by every function (Context.describe)
 REGISTRY_PK = "CLUSTERS"
 # The index of node items by when they were saved (`saved_at`, whole seconds of the writer's clock): "did any node
 # of the cluster change since t?" reads at most one key, however large the cluster (the Slurm bridge's idle pass).
@@ -159,6 +161,22 @@ class NodeTable:
     def save_readings(self, readings: ClusterReadings) -> ClusterReadings:
         """Write the readings if nobody changed them since they were read (raises StaleRecord otherwise)."""
         return self._save_cluster_doc(readings, READINGS_SK)
+
+    # -- the cluster's last DescribeCluster answer ------------------------------------------------------------
+    @aws.translated
+    def cluster_info(self, cluster: str) -> tuple[float, dict[str, Any]] | None:
+        """(when it was described, ClusterInfo.to_json()) or None."""
+        item = self.t.get_item(Key={"pk": cluster_pk(cluster), "sk": INFO_SK}).get("Item")
+        return (float(item["described_at"]), json.loads(item["doc"])) if item else None
+
+    @aws.translated
+    def save_cluster_info(self, cluster: str, described_at: float, info: dict[str, Any]) -> None:
+        item = {"pk": cluster_pk(cluster), "sk": INFO_SK, "described_at": math.floor(described_at)}
+        self.t.put_item(Item={**item, "doc": json.dumps(info, sort_keys=True)})
+
+    @aws.translated
+    def forget_cluster_info(self, cluster: str) -> None:
+        self.t.delete_item(Key={"pk": cluster_pk(cluster), "sk": INFO_SK})
 
     def _cluster_doc(self, cluster: str, sk: str, model: type[Doc]) -> Doc:
         """A cluster-wide document (its item, or a new one at version 0)."""

@@ -2,7 +2,8 @@
 built by `wiring.build_context` in its handler module), and the reads they all share.
 
 The only warm state is the DescribeCluster cache on the Context: a new handler module (a cold start, or the
-twin's simulated redeploy) builds a new Context and starts without it.
+twin's simulated redeploy) builds a new Context and starts without it (it reads the table's copy, which every
+function shares).
 """
 
 from __future__ import annotations
@@ -67,15 +68,22 @@ class Context:
     _cluster_info: dict[str, tuple[float, ClusterInfo]] = field(default_factory=dict, init=False, repr=False)
 
     def describe(self, cluster: str, fresh: bool = False) -> ClusterInfo:
-        """DescribeCluster, cached for CLUSTER_INFO_TTL_S unless `fresh`."""
+        """DescribeCluster, cached for CLUSTER_INFO_TTL_S unless `fresh`: in this warm Lambda, and in the table for
+        every function (one call per cluster and TTL, not one per function)."""
         now = self.clock()
         cached = self._cluster_info.get(cluster)
         if fresh or cached is None or now - cached[0] > CLUSTER_INFO_TTL_S:
-            try:
-                cached = (now, self.hyperpod.describe_cluster(cluster))
-            except ClusterNotFound:
-                self._cluster_info.pop(cluster, None)
-                raise
+            shared = None if fresh else self.table.cluster_info(cluster)
+            if shared is not None and now - shared[0] <= CLUSTER_INFO_TTL_S:
+                cached = (shared[0], ClusterInfo.from_json(shared[1]))
+            else:
+                try:
+                    cached = (now, self.hyperpod.describe_cluster(cluster))
+                except ClusterNotFound:
+                    self._cluster_info.pop(cluster, None)
+                    self.table.forget_cluster_info(cluster)
+                    raise
+                self.table.save_cluster_info(cluster, now, cached[1].to_json())
             self._cluster_info[cluster] = cached
         return cached[1]
 
