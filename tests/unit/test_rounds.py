@@ -106,10 +106,8 @@ def test_gather_follows_arrivals_while_they_are_dense_and_stops_when_they_pause(
         (0, True, FIRST_POLL_S),  # confirm the nodes entered the check
         (FIRST_POLL_S, True, SKIP_GRACE_S - FIRST_POLL_S),  # one look once busy nodes are started or skipped
         (SKIP_GRACE_S - 30, True, 60),
-        # Sleep through the bulk of the check: to two polls before its documented lower end.
-        (FIRST_POLL_S, False, 2700 - 2 * 60 - FIRST_POLL_S),
-        (2500, False, 80),
-        (2580, False, 60),  # then poll at the interval
+        (FIRST_POLL_S, False, int(0.8 * 2700 - FIRST_POLL_S)),  # sleep through the bulk of the check
+        (2500, False, 60),  # poll at the interval near the expected end
     ],
 )
 def test_adaptive_polling(elapsed, awaiting, expected):

@@ -346,8 +346,7 @@ def next_wait(started_at: float, now: float, expected_s: int, poll_interval_s: i
     elapsed = now - started_at
     if elapsed < FIRST_POLL_S:
         return math.ceil(FIRST_POLL_S - elapsed)
-    # Two polls before the lower end of the documented duration (and from 80 % of a short one): no node ends sooner.
-    wake_at = started_at + max(0.8 * expected_s, expected_s - 2 * poll_interval_s)
+    wake_at = started_at + 0.8 * expected_s
     if awaiting_start and elapsed < SKIP_GRACE_S:
         wake_at = min(wake_at, started_at + SKIP_GRACE_S)
     if now + poll_interval_s < wake_at:
