@@ -61,7 +61,6 @@ class FunctionSpec:
     reads_check_logs: bool = False  # logs:FilterLogEvents on HyperPod's result logs (a cluster observation)
     lists_clusters: bool = False  # only granted when the config watches "all" clusters
     invoked_async: bool = False  # by EventBridge: gets an on-failure DLQ and 2 retries
-    queries_saved_index: bool = False  # dynamodb:Query on the nodes table's SAVED_INDEX (the bridge's "changed?")
 
 
 # A cluster observation (observe_cluster) asks whether a check operation is active when a node's status cannot
@@ -133,7 +132,6 @@ FUNCTIONS: Mapping[str, FunctionSpec] = {
         30,
         "Operator REST API: cluster, group and node views; queues on-demand checks",
         ("DescribeCluster",),
-        queries_saved_index=True,
     ),
 }
 # Exactly the DynamoDB calls of the code (adapters/node_table.py), instead of grant_read_write_data's twelve
@@ -398,14 +396,11 @@ class ControllerFunctions(Construct):
                 description=spec.description,
                 invoked_async=spec.invoked_async,
             )
-            # The table's ARN only (table.grant would add <table>/index/* for every function).
+            # The table and its one index by name (table.grant would add <table>/index/*): every function loads
+            # records through the index of what was saved since (NodeTable.load_cluster, warm).
             iam.Grant.add_to_principal(grantee=function, actions=list(TABLE_ACTIONS), resource_arns=[table.table_arn])
-            if spec.queries_saved_index:
-                iam.Grant.add_to_principal(
-                    grantee=function,
-                    actions=["dynamodb:Query"],
-                    resource_arns=[f"{table.table_arn}/index/{SAVED_INDEX}"],
-                )
+            index = f"{table.table_arn}/index/{SAVED_INDEX}"
+            iam.Grant.add_to_principal(grantee=function, actions=["dynamodb:Query"], resource_arns=[index])
             # Only the call the code makes (grant_read would add ssm:GetParameters, GetParameterHistory and
             # DescribeParameters, none of which any function calls).
             iam.Grant.add_to_principal(

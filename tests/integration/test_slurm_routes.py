@@ -473,14 +473,14 @@ class _IdleSlurm:
 
 
 @pytest.mark.controller_config({"clusters": ["demo"]})
-def test_an_idle_bridge_pass_reads_no_node_record_however_large_the_cluster(harness, fake, monkeypatch):
-    """With nothing changed since its last document, a bridge pass reads O(changed) = 0 node records: the state
-    route answers `unchanged` from the table's index (one key at most) and the bridge reports no occupancy (no
-    node waits for a check, no claim changed). A change is seen on the next pass, and then nothing again."""
-    from deephealth.adapters.node_table import NodeTable
-    from deephealth.usecases.slurm_bridge import SAVE_MARGIN_S
+def test_an_idle_bridge_pass_reads_no_node_record_however_large_the_cluster(harness, fake):
+    """With nothing changed since its last document, a bridge pass reads O(changed) = 0 node records, counted at
+    DynamoDB's boundary: the state route answers `unchanged` from the table's index (one key at most) and the
+    bridge reports no occupancy (no node waits for a check, no claim changed). A change is seen on the next pass,
+    which reads that record (the API's warm Lambda holds the others), and then nothing again."""
+    from deephealth.adapters.node_table import SAVE_MARGIN_S, NodeTable
     from hpdhc.sync import Memory, sync_once
-    from tests.harness import moto_patches
+    from tests.bench.idle import count_dynamodb_units
 
     cluster = fake.create_cluster("demo", [GroupSpec("gpu", count=0)])
     # The records below stand for a cluster where nothing happens: Reconcile, which would find the fake listing
@@ -493,45 +493,37 @@ def test_an_idle_bridge_pass_reads_no_node_record_however_large_the_cluster(harn
                               logical_id=f"n{i:05}", instance_id=f"i-{i:017x}", state=NodeState.PASSED,
                               hostname=f"ip-10-3-{i // 250}-{i % 250}.ec2.internal"))  # fmt: skip
     table.register_cluster("demo", recorded_at=fake.clock.now())
-    read: list[int] = []
-    originals = {name: getattr(NodeTable, name) for name in ("load_cluster", "load_nodes", "get", "changed_since")}
-
-    def counting(name):
-        def counted(self, *args):
-            out = originals[name](self, *args)
-            if (moto_patches.current_function() or "").endswith("Api"):  # the bridge's routes, not Reconcile
-                read.append(len(out) if isinstance(out, dict) else int(out is not None and out is not False))
-            return out
-
-        return counted
-
-    for name in originals:
-        monkeypatch.setattr(NodeTable, name, counting(name))
     names = [f"ip-10-3-{i // 250}-{i % 250}" for i in range(size)]
     controller, slurm, memory = _ApiController(harness), _IdleSlurm(names), Memory()
     harness.advance(3 * SAVE_MARGIN_S)  # the records were saved a while ago
-    first = sync_once("demo", controller, slurm, {"dev": "gpu"}, memory)
-    assert first.failure == 0 and len(first.reported) == size  # the run's first pass: every node, once
-    assert sum(read) == 2 * size, read  # the document, and each reported node by key
+    units = count_dynamodb_units()
+
+    def records_read_by(pass_) -> int:
+        before = units.node_records_read
+        pass_()
+        return units.node_records_read - before
+
+    def sync():
+        return sync_once("demo", controller, slurm, {"dev": "gpu"}, memory)
+
+    results = []
+    assert records_read_by(lambda: results.append(sync())) == 2 * size  # the document; each node reported by key
+    assert results[-1].failure == 0 and len(results[-1].reported) == size  # a run's first pass: every node, once
     for _ in range(10):  # ten idle passes, a sync interval apart
         harness.advance(SYNC_INTERVAL_S)
-        read.clear()
-        idle = sync_once("demo", controller, slurm, {"dev": "gpu"}, memory)
+        assert records_read_by(lambda: results.append(sync())) == 0  # the index said nothing changed
+        idle = results[-1]
         assert idle.failure == 0 and idle.reported == [] and not idle.errors and not slurm.updates, idle
-        assert sum(read) == 0, read  # not one node record: the index said nothing changed
     # One node changes (a re-check queued): the next pass gets the whole document and reports that node only.
     changed = table.get("demo", "n00007")
     table.save(changed.model_copy(update={"state": NodeState.PENDING, "ready_at": fake.clock.now()}))
     harness.advance(SYNC_INTERVAL_S)
-    read.clear()
-    after = sync_once("demo", controller, slurm, {"dev": "gpu"}, memory)
-    assert [n["key"] for n in after.reported] == ["n00007"]
+    assert records_read_by(lambda: results.append(sync())) == 2  # that record, for the document and the report
+    assert [n["key"] for n in results[-1].reported] == ["n00007"]
     assert [nodes for nodes, _ in slurm.updates] == [["ip-10-3-0-7"]]  # drained until its check passes
-    assert sum(read) == 1 + size + 1, read  # "changed?" (one key), the document, the one record reported on
-    # A pass within SAVE_MARGIN_S of the save reads the document once more (a save may land late); then idle.
+    # Passes within SAVE_MARGIN_S of the save read it again (a save may land late); then only the report's.
     for _ in range(math.ceil(SAVE_MARGIN_S / SYNC_INTERVAL_S) + 2):
         harness.advance(SYNC_INTERVAL_S)
-        read.clear()
-        again = sync_once("demo", controller, slurm, {"dev": "gpu"}, memory)
-    assert [n["key"] for n in again.reported] == ["n00007"]  # still waiting for its check: its occupancy matters
-    assert sum(read) == 1, read  # that record only
+        read = records_read_by(lambda: results.append(sync()))
+    assert [n["key"] for n in results[-1].reported] == ["n00007"]  # still waiting: its occupancy matters
+    assert read == 1  # that record only

@@ -46,7 +46,15 @@ _OPERATIONS = (
     "observe_cluster -> fold: a node has stayed in (or out of) its check longer than a check takes, so "
     "HyperPod's check operation is asked about (check_in_progress)"
 )
+_DESCRIBES = (
+    "Context.describe: no copy of the cluster's DescribeCluster answer in the table younger than "
+    "CLUSTER_INFO_TTL_S (in these runs another function described the cluster within it)"
+)
 NOT_EXERCISED: dict[tuple[str, str], str] = {
+    ("Api", "sagemaker:DescribeCluster"): f"GET /clusters/{{cluster}}... -> {_DESCRIBES}",
+    ("ClaimRound", "sagemaker:DescribeCluster"): f"claim_round -> observe_cluster -> {_DESCRIBES}",
+    ("FinishRound", "sagemaker:DescribeCluster"): f"finish_round -> {_DESCRIBES}",
+    ("RecoverNodes", "sagemaker:DescribeCluster"): f"recover_nodes -> {_DESCRIBES}",
     ("Api", "states:DescribeExecution"): f"POST /checks, breaker reset -> {_STARTS}",
     ("FinishRound", "states:DescribeExecution"): f"finish_round -> {_STARTS}",
     ("Intake", "states:DescribeExecution"): f"handle_signal -> {_STARTS}",

@@ -18,6 +18,7 @@ import hashlib
 import json
 from typing import Any
 
+from deephealth.adapters.node_table import SAVE_MARGIN_S
 from deephealth.domain.errors import ClusterNotFound
 from deephealth.domain.nodes import NodeRecord, short_hostname
 from deephealth.domain.slurm import (
@@ -34,9 +35,6 @@ from deephealth.observability import logger
 from deephealth.usecases.context import Context
 from deephealth.usecases.decisions import save_and_announce
 
-# A save is stamped `saved_at` by its writer's clock and shows in the table's index within about a second; a bridge's
-# `since` is read back this much earlier, so a save that landed just after its last document is never missed.
-SAVE_MARGIN_S = 60
 # An unchanged answer is given for at most this long after the bridge's last whole document: then it gets one again.
 FULL_REFRESH_S = 3600
 
