@@ -59,7 +59,7 @@ class Document:
         self.document = {"cluster": "bench", "isolating_groups": ["p5"], "complete": True, "generation": 1.0,
                          "nodes": entries, "next_token": None}  # fmt: skip
 
-    def desired(self, cluster: str) -> dict[str, Any]:
+    def desired(self, cluster: str, since: tuple[float, str] | None = None) -> dict[str, Any]:
         return self.document
 
     def report(self, cluster: str, nodes: list[dict[str, Any]]) -> dict[str, Any]:

@@ -161,6 +161,7 @@ class FakeHyperPod(HealthChecks):
 
         self.events: list[dict[str, Any]] = []  # EventBridge outbox
         self.calls: collections.Counter[str] = collections.Counter()
+        self._ips: dict[str, str] = {}  # private address -> the logical node whose instance has it
         self.requests: list[tuple[float, str, dict[str, Any]]] = []
         self.actions: list[tuple[float, str, str, str]] = []  # (time, reboot|replace, logical id, actor)
         self.started_while_active = 0
@@ -555,7 +556,17 @@ class FakeHyperPod(HealthChecks):
         n.instance_id = "i-" + "".join(self._rng.choice("0123456789abcdef") for _ in range(17))
         n.instance_ids.append(n.instance_id)
         n.launch_time = self._t
-        n.private_ip = f"10.1.{self._rng.randrange(256)}.{self._rng.randrange(1, 255)}"
+        # A VPC never gives two running instances one address: a drawn address in use goes to the next free one
+        # (an address freed by a replaced instance may be given again, as EC2 does).
+        if self._ips.get(n.private_ip) == n.logical_id:
+            del self._ips[n.private_ip]
+        drawn = self._rng.randrange(256) * 254 + self._rng.randrange(1, 255) - 1
+        for step in range(256 * 254):
+            third, fourth = divmod((drawn + step) % (256 * 254), 254)
+            ip = f"10.1.{third}.{fourth + 1}"
+            if ip not in self._ips:
+                break
+        n.private_ip, self._ips[ip] = ip, n.logical_id
         self._truth_changed(n)
 
     def _launched(self, c: Cluster, n: Node, lcs_s: float, retry: bool = False) -> None:
