@@ -122,3 +122,29 @@ def test_next_look_never_wakes_after_judge_at_and_never_before_a_second(
     assert wait >= 1
     if judge_at is not None:
         assert wait <= max(1, math.ceil(judge_at - now))
+
+
+def test_a_round_watches_the_on_start_checks_no_live_round_watches():
+    """Nodes in HyperPod's on-start check are taken by a round (its polls judge them): those no round holds,
+    or an ended round (a lower sequence number) left; not another live one's, not a node of an on-demand check."""
+    from deephealth.domain.rounds import watchable
+
+    def watched(key, round_id, observe_only=True):
+        return checking(key, round_id=round_id).model_copy(update={"observe_only": observe_only})
+
+    records = [
+        watched("free", None),
+        watched("left", "c-r000003"),
+        watched("mine", "c-r000005"),
+        watched("ours", "c-r000004", observe_only=False),
+        checking("x").model_copy(update={"state": NodeState.PASSED, "observe_only": True}),
+    ]
+    assert [r.key for r in watchable(records, round_seq=5)] == ["free", "left"]
+
+
+def test_a_listing_window_needs_every_member_listed():
+    from deephealth.domain.rounds import listing_window
+
+    launched = snap().model_copy(update={"launched_at": 10.0})
+    assert listing_window([launched, launched.model_copy(update={"launched_at": 20.0})]).launched_before == 20.0
+    assert listing_window([launched, None]) is None  # one not listed: list the whole cluster

@@ -11,7 +11,7 @@ from typing import Any, Literal, TypedDict, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict
 
-from deephealth.domain.nodes import IN_PROGRESS, NodeRecord, NodeSnapshot, NodeState
+from deephealth.domain.nodes import IN_PROGRESS, NodeRecord, NodeSnapshot, NodeState, round_seq_of
 from deephealth.domain.policy import GroupContext
 
 # API limits from the botocore model, which botocore itself does not enforce client-side.
@@ -59,13 +59,15 @@ class ListingWindow(BaseModel):
     group: str | None = None  # set when every member is of one instance group
 
 
-def listing_window(snapshots: Iterable[NodeSnapshot]) -> ListingWindow | None:
-    """The narrowest listing that holds these nodes; None when one has no launch time (list everything)."""
-    snapshots = list(snapshots)
-    times = [s.launched_at for s in snapshots if s.launched_at is not None]
-    if not times or len(times) < len(snapshots):
+def listing_window(snapshots: Iterable[NodeSnapshot | None]) -> ListingWindow | None:
+    """The narrowest listing that holds these nodes; None when one has no launch time or is not listed (list
+    everything)."""
+    given = list(snapshots)
+    found = [s for s in given if s is not None]
+    times = [s.launched_at for s in found if s.launched_at is not None]
+    if not times or len(times) < len(given):
         return None
-    groups = {s.group for s in snapshots}
+    groups = {s.group for s in found}
     return ListingWindow(
         launched_after=min(times),
         launched_before=max(times),
@@ -132,6 +134,19 @@ def claimable(records: Iterable[NodeRecord], groups: dict[str, GroupContext]) ->
         and ctx.watched
     ]
     return sorted(out, key=lambda r: (r.ready_at or 0, r.key))
+
+
+def watchable(records: Iterable[NodeRecord], round_seq: int) -> list[NodeRecord]:
+    """Nodes in HyperPod's on-start check that no live round watches: a round takes them as members and polls
+    them as it polls its own check (no request: HyperPod checks them), so their verdicts come a poll and a settle
+    time after their check ends, not at Reconcile's next looks. A round that ended leaves its own to the next."""
+    return [
+        r
+        for r in records
+        if r.state == NodeState.CHECKING
+        and r.observe_only
+        and (r.round_id is None or (seq := round_seq_of(r.round_id)) is None or seq < round_seq)
+    ]
 
 
 def select_for_round(candidates: list[NodeRecord], max_nodes: int) -> list[NodeRecord]:

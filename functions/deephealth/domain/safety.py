@@ -18,6 +18,7 @@ stay until an operator resets them, budget and capacity-cap holds until the wind
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -48,7 +49,7 @@ from deephealth.domain.policy import (
     GroupPolicy,
 )
 from deephealth.domain.recovery import due_action
-from deephealth.domain.rounds import claimable
+from deephealth.domain.rounds import claimable, watchable
 from deephealth.domain.slurm import waits_for_job
 
 HOLD_BREAKER = "breaker"
@@ -156,6 +157,8 @@ def progress_possible(
     admitted = admit_to_round(waiting, records.values(), groups)
     if admitted:
         return f"{len(admitted)} node(s) waiting for a check"
+    if watching := watchable(records.values(), round_seq=sys.maxsize):  # no round is live when this is asked
+        return f"{len(watching)} node(s) in HyperPod's on-start check to watch"
     due = due_recoveries(records.values(), groups, now)
     if not due:
         return None

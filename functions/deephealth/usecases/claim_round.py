@@ -21,7 +21,7 @@ from deephealth.domain.slurm import deferred_too_long, job_wait, waits_for_job
 from deephealth.observability import MetricUnit, logger, metrics
 from deephealth.usecases.context import ClusterView, Context
 from deephealth.usecases.decisions import notify, save_and_announce
-from deephealth.usecases.observe_cluster import close_cluster, observe_cluster
+from deephealth.usecases.observe_cluster import close_cluster, observe_cluster, watch_on_start_checks
 
 
 def claim_round(ctx: Context, state: RoundState) -> RoundState:
@@ -71,6 +71,7 @@ def claim_round(ctx: Context, state: RoundState) -> RoundState:
         ],
     )
     announce_deferrals(ctx, view, [r for r in claimed if deferred_too_long(r, now, bound.get(r.group))], now)
+    claimed += watch_on_start_checks(ctx, view, round_id, state.round_seq)
     due = ctx.due(view)
     logger.info(
         "round claimed",

@@ -16,7 +16,7 @@ from deephealth.domain.nodes import (
 )
 from deephealth.domain.observe import Observation, checked_for, close_out, observe
 from deephealth.domain.results import NameIndex, ResultLog
-from deephealth.domain.rounds import SKIP_GRACE_S, ListingWindow, expected_for, lines_due
+from deephealth.domain.rounds import SKIP_GRACE_S, ListingWindow, expected_for, lines_due, watchable
 from deephealth.domain.slurm import ADOPT_AFTER_S
 from deephealth.usecases.context import ClusterView, Context
 from deephealth.usecases.decisions import save_and_announce
@@ -81,6 +81,22 @@ def observe_members(
     for saved in save_and_announce(ctx, changes):
         view.records[saved.key] = saved
     return view
+
+
+def watch_on_start_checks(ctx: Context, view: ClusterView, round_id: str, round_seq: int) -> list[NodeRecord]:
+    """Take the nodes in HyperPod's on-start check that no live round watches as this round's members
+    (`rounds.watchable`): its polls judge them. No check is asked for them."""
+    taken = save_and_announce(
+        ctx,
+        [
+            r.model_copy(update={"round_id": round_id, "updated_at": ctx.clock()})
+            for r in watchable(view.records.values(), round_seq)
+        ],
+        audit=False,
+    )
+    for r in taken:
+        view.records[r.key] = r
+    return taken
 
 
 def fold(

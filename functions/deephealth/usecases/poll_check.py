@@ -9,13 +9,14 @@ from deephealth.domain.rounds import (
     build_check_request,
     check_over,
     expected_check_s,
+    listing_window,
     next_look,
     operations_look_due,
     settling_elsewhere,
     whole_look_due,
 )
 from deephealth.usecases.context import Context
-from deephealth.usecases.observe_cluster import close_cluster, observe_cluster, observe_members
+from deephealth.usecases.observe_cluster import close_cluster, observe_cluster, observe_members, watch_on_start_checks
 
 MAX_POLLS = 2000  # a hard stop far beyond any check timeout, in case the clock misbehaves
 
@@ -44,6 +45,10 @@ def poll_check(ctx: Context, state: RoundState) -> RoundState:
     except ClusterNotFound:
         close_cluster(ctx, state.cluster, "cluster deleted during the round", state.round_id)
         return state.model_copy(update={"done": True, "wait_s": 0, "recovery_due": 0})
+    window = state.window
+    if full and watch_on_start_checks(ctx, view, state.round_id, state.round_seq):
+        # Nodes that began HyperPod's on-start check since: this round's polls judge them too.
+        window = listing_window(view.snapshots.get(r.key) for r in view.members(state.round_id))
     members = view.members(state.round_id)
     polls = state.polls + 1
     handed_on = full and check_over(members, view.records.values()) and ctx.progress(view) is not None
@@ -63,6 +68,7 @@ def poll_check(ctx: Context, state: RoundState) -> RoundState:
             "observed_at": observed_at,
             "judge_at": judge_at,
             "operations_at": now if view.operations_asked else state.operations_at,
+            "window": window,
             "acting": acting_on(view.records.values()) if full else state.acting,
             # Due now, among what this look saw: the workflow recovers them at once (Recover decided nodes) rather
             # than at the round's end, so they are back for the next round. Only a look at the whole cluster sees

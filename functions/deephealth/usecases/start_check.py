@@ -34,6 +34,9 @@ def start_check(ctx: Context, state: RoundState) -> RoundState:
     # A group switched to dry-run while this round waited (ClusterBusy retries) gets no check.
     shadow, members = split_dry_run(members, view.groups)
     shadow_checks(ctx, shadow, view, state.round_id, now)
+    # Nodes in HyperPod's on-start check, which this round watches: no request, only polls.
+    watched = [r for r in members if r.observe_only]
+    members = [r for r in members if not r.observe_only]
     # Members in a check are ours only if this round asked for one (a retry after the call went through).
     requested = ctx.table.round_meta(state.cluster).check_requested == state.round_id
     ready, unready, already = [], [], []
@@ -77,7 +80,7 @@ def start_check(ctx: Context, state: RoundState) -> RoundState:
         logger.warning("check already requested by this round; not asking again", extra={"round_id": state.round_id})
     elif ready and not already:
         checked = request_check(ctx, state, view, ready, now)
-    configs = build_check_request(checked, view.groups)
+    configs = build_check_request(checked + watched, view.groups)
     types = {iid: tuple(cfg["DeepHealthChecks"]) for cfg in configs for iid in cfg["InstanceIds"]}
     sizes = {iid: len(cfg["InstanceIds"]) for cfg in configs for iid in cfg["InstanceIds"]}
     save_and_announce(
@@ -98,16 +101,20 @@ def start_check(ctx: Context, state: RoundState) -> RoundState:
     )
     node_metric("NodesChecked", state.cluster, len(checked))
     expected = expected_check_s(configs)
+    # The round's clock starts with its earliest member's check (a watched node's began before the round); a
+    # requested check's first poll confirms its start.
+    started = min([now, *(r.check_started_at for r in watched if r.check_started_at is not None)])
+    clock = (now, now) if checked else (started, now)
     # An earlier round's nodes may have their lines due before the first poll (judge_at).
     wait = (
-        wake_for(next_wait(now, now, expected, poll_interval(view.groups), awaiting_start=True), state.judge_at, now)
+        wake_for(next_wait(*clock, expected, poll_interval(view.groups), bool(checked)), state.judge_at, now)
         if configs
         else 0
     )
-    window = listing_window(snapshots[r.key] for r in checked)
+    window = listing_window(snapshots.get(r.key) for r in checked + watched)
     return state.model_copy(
         update={
-            "started_at": now,
+            "started_at": started,
             "wait_s": wait,
             "done": not configs,
             "window": window,
