@@ -80,6 +80,17 @@ def test_on_start_group_is_observed_not_rechecked():
     assert passed.state == NodeState.PASSED and decision.verdict == Verdict.PASSED
 
 
+def test_a_node_that_failed_its_on_start_check_before_any_look_is_watched_then_failed():
+    """Seen first in Failure (its on-start check failed between two looks): recorded and failed on its status,
+    never left unrecorded. A node of an on-demand group first seen so is HyperPod's to retry (not recorded)."""
+    record, _ = observe("c", None, snap("Failure", group="native"), obs())
+    assert record.state == NodeState.CHECKING and record.observe_only and not record.seen_in_progress
+    left, _ = observe("c", record, snap("Failure", group="native"), obs(now=1060.0))  # done with its check
+    failed, decision = observe("c", left, snap("Failure", group="native"), obs(now=1120.0))
+    assert decision.verdict == Verdict.FAILED and failed.state != NodeState.PASSED
+    assert observe("c", None, snap("Failure"), obs()) is None
+
+
 def test_checking_node_records_in_progress_then_fails_on_log_error():
     record = rec(NodeState.CHECKING, round_id="r", check_started_at=900.0)
     seen, _ = observe("c", record, snap("DeepHealthCheckInProgress"), obs(judge=False))

@@ -281,6 +281,10 @@ def _first_sight(
         if ctx.observe_only:
             return _start_observing(record, obs)
         return transition(record, obs.now, NodeState.PENDING, f"first seen in {IN_PROGRESS}", obs.trigger)
+    if ctx.observe_only and failure_like(snapshot.status):
+        # It failed HyperPod's on-start check before any look saw it in it: watched like the others, so that the
+        # next look judges it (failed, on its status) instead of it never being recorded.
+        return _start_observing(record, obs, seen=False)
     if snapshot.status != RUNNING:
         return None  # still provisioning: the next event or listing brings it back
     if ctx.observe_only:
