@@ -78,7 +78,10 @@ class IdleCost:
             "lambda_gb_s": round(self.lambda_gb_s, 2),
             "read_units": round(self.units.read, 1),
             "write_units": round(self.units.write, 1),
-            "node_records_read_per_bridge_pass": round(self.units.node_records_read / max(1, self.bridge_passes), 2),
+            "node_records_read_per_bridge_pass": round(
+                self.units.records_by_function["Api"] / max(1, self.bridge_passes), 2
+            ),
+            "node_records_read_by_function": dict(self.units.records_by_function),
             "sagemaker_calls": dict(self.sagemaker_calls),
             "transitions": self.transitions,
             "usd_per_day": self.per_day(),
@@ -94,6 +97,7 @@ class Units:
     read: float = 0.0
     write: float = 0.0
     node_records_read: int = 0
+    records_by_function: Counter = field(default_factory=Counter)  # node records read, by the function reading
 
 
 def _size(item: dict[str, Any]) -> int:
@@ -114,6 +118,7 @@ def count_dynamodb_units() -> Units:
     import boto3
 
     from deephealth.adapters import aws
+    from tests.harness import moto_patches
 
     units = Units()
 
@@ -126,7 +131,11 @@ def count_dynamodb_units() -> Units:
                 units.read += max(1, math.ceil(sum(_size(i) for i in items) / 4096)) * 0.5
             else:  # each item on its own, strongly consistent (the controller's GetItem and BatchGetItem are)
                 units.read += sum(max(1, math.ceil(_size(i) / 4096)) for i in items) or 1
-            units.node_records_read += sum(1 for i in items if _node_record(i))
+            records = sum(1 for i in items if _node_record(i))
+            units.node_records_read += records
+            units.records_by_function[(moto_patches.current_function() or "harness").removeprefix("Functions")] += (
+                records
+            )
 
     def before_call(params: dict[str, Any], model: Any, **_: Any) -> None:
         if model.name in ("PutItem", "UpdateItem", "DeleteItem"):
@@ -270,7 +279,9 @@ def render(cost: IdleCost, out: Any = sys.stdout) -> None:
         file=out,
     )
     print(
-        f"  per bridge pass: {cost.units.node_records_read / max(1, cost.bridge_passes):.1f} node records read, "
+        f"  per bridge pass: {cost.units.records_by_function['Api'] / max(1, cost.bridge_passes):.1f} node records "
+        "read "
+        f"(all functions: {dict(cost.units.records_by_function)}), "
         f"{cost.api_requests / max(1, cost.bridge_passes):.1f} API requests; {cost.bridge_passes} passes, "
         f"{sum(cost.invocations.values())} invocations ({dict(cost.invocations)}), "
         f"{cost.units.read:,.0f} read and {cost.units.write:,.0f} write units, SageMaker calls "
