@@ -392,10 +392,16 @@ class Harness:
 
     # -- running ------------------------------------------------------------------------------------
     def running(self) -> list[dict]:
-        pages = self.sfn.get_paginator("list_executions").paginate(
-            stateMachineArn=self.state_machine_arn, statusFilter="RUNNING"
-        )
-        return [e for p in pages for e in p["executions"]]
+        for _ in range(100):
+            try:
+                pages = self.sfn.get_paginator("list_executions").paginate(
+                    stateMachineArn=self.state_machine_arn, statusFilter="RUNNING"
+                )
+                return [e for p in pages for e in p["executions"]]
+            except AttributeError:
+                # moto: an execution another thread is starting has no status yet (as in stop_execution above).
+                time.sleep(0.01)
+        raise RuntimeError("moto never listed the executions")
 
     def executions(self) -> list[dict]:
         pages = self.sfn.get_paginator("list_executions").paginate(stateMachineArn=self.state_machine_arn)
