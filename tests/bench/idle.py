@@ -32,13 +32,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.bench.run import (
+    DDB_PER_READ_UNIT,
+    DDB_PER_WRITE_UNIT,
+    LAMBDA_PER_GB_S,
+    LAMBDA_PER_REQUEST,
+    SFN_PER_TRANSITION,
+)
+
 PRICES_AS_OF = "2026-12-02"
-DDB_PER_READ_UNIT = 0.125 / 1_000_000  # on-demand read request unit
-DDB_PER_WRITE_UNIT = 0.625 / 1_000_000  # on-demand write request unit
-APIGW_PER_REQUEST = 3.50 / 1_000_000  # REST API, first 333 million a month
-LAMBDA_PER_REQUEST = 0.20 / 1_000_000
-LAMBDA_PER_GB_S = 0.0000133334  # arm64
-SFN_PER_TRANSITION = 0.025 / 1000
+APIGW_PER_REQUEST = 3.50 / 1_000_000  # REST API, first 333 million a month (the others: tests/bench/run.py)
 TARGET_USD_PER_DAY = 1.0
 CLUSTER = "idle"
 GROUP = "workers"

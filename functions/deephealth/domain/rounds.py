@@ -136,16 +136,17 @@ def claimable(records: Iterable[NodeRecord], groups: dict[str, GroupContext]) ->
     return sorted(out, key=lambda r: (r.ready_at or 0, r.key))
 
 
-def watchable(records: Iterable[NodeRecord], round_seq: int) -> list[NodeRecord]:
+def watchable(records: Iterable[NodeRecord], round_seq: int | None = None) -> list[NodeRecord]:
     """Nodes in HyperPod's on-start check that no live round watches: a round takes them as members and polls
     them as it polls its own check (no request: HyperPod checks them), so their verdicts come a poll and a settle
-    time after their check ends, not at Reconcile's next looks. A round that ended leaves its own to the next."""
+    time after their check ends, not at Reconcile's next looks. A round that ended leaves its own to the next;
+    `round_seq` None: no round is live, so every round has ended."""
     return [
         r
         for r in records
         if r.state == NodeState.CHECKING
         and r.observe_only
-        and (r.round_id is None or (seq := round_seq_of(r.round_id)) is None or seq < round_seq)
+        and (r.round_id is None or round_seq is None or (seq := round_seq_of(r.round_id)) is None or seq < round_seq)
     ]
 
 

@@ -18,7 +18,6 @@ stay until an operator resets them, budget and capacity-cap holds until the wind
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -43,11 +42,7 @@ from deephealth.domain.nodes import (
     actionable,
     transition,
 )
-from deephealth.domain.policy import (
-    ClusterPolicy,
-    GroupContext,
-    GroupPolicy,
-)
+from deephealth.domain.policy import ClusterPolicy, GroupContext, GroupPolicy
 from deephealth.domain.recovery import due_action
 from deephealth.domain.rounds import claimable, watchable
 from deephealth.domain.slurm import waits_for_job
@@ -157,7 +152,7 @@ def progress_possible(
     admitted = admit_to_round(waiting, records.values(), groups)
     if admitted:
         return f"{len(admitted)} node(s) waiting for a check"
-    if watching := watchable(records.values(), round_seq=sys.maxsize):  # no round is live when this is asked
+    if watching := watchable(records.values()):  # asked when no round is live
         return f"{len(watching)} node(s) in HyperPod's on-start check to watch"
     due = due_recoveries(records.values(), groups, now)
     if not due:
