@@ -10,7 +10,7 @@ DEV_PTH := hyperpod-dhc-dev.pth
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_DEFAULT_REGION ?= us-east-1
 
-.PHONY: install oldest-python slurm test lint unit integration infra simulation bridge synth demo bench bench-slurm coldstart faults fidelity openapi clean
+.PHONY: install oldest-python slurm test lint unit integration infra simulation bridge synth plan deploy destroy demo bench bench-slurm coldstart faults fidelity openapi clean
 
 # The dev venv: the pinned stack (`dev` group), the operator CLI `hpdhc` as an operator gets it (editable: its
 # one dependency, boto3, is already in the group), and a .pth putting the repository root and functions/ on the
@@ -138,6 +138,14 @@ openapi: install
 synth: install
 	$(CDK) synth --quiet --app "$(PY) -m infra.app"
 	@ls cdk.out/*.template.json
+
+# Deploy to an AWS account: CONFIG (default deploy.toml, from infra/deploy.example.toml) says where and for which
+# clusters. `plan` checks credentials, region, CDK bootstrap and the clusters (they exist and are Slurm), synthesizes
+# and prints what it would create, changing nothing; `deploy` does the same, then `cdk deploy` of that assembly;
+# `destroy` removes the stack (the nodes table is retained). ARGS="--yes": no approval prompts.
+CONFIG ?= deploy.toml
+plan deploy destroy: $(VENV)/.installed $(CDK)  # not `install`: deploying needs no Slurm nor Python 3.10
+	$(PY) -m infra.deploy $@ --config $(CONFIG) --cdk $(CDK) $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(OLDEST_VENV) cdk.out .pytest_cache .ruff_cache *.egg-info functions/*.egg-info build

@@ -1,0 +1,272 @@
+"""``make plan`` / ``make deploy`` / ``make destroy``: check what can be checked before CloudFormation, then run CDK.
+
+    python -m infra.deploy plan    --config deploy.toml   # checks, synth, the plan; changes nothing
+    python -m infra.deploy deploy  --config deploy.toml   # the same, then `cdk deploy` of what was planned
+    python -m infra.deploy destroy --config deploy.toml
+
+The checks run in order and stop at the first failure with one line (exit 1), before any CloudFormation call:
+credentials (STS), the region (a SageMaker region whose HyperPod API answers), the CDK bootstrap (its SSM version
+parameter), the clusters named (they exist and are Slurm, not EKS). Then the app is synthesized with the file's
+values as context (a bad value fails here, still before CloudFormation), the plan is printed from the synthesized
+template, and `cdk deploy` deploys that very assembly. ``AWS_ENDPOINT_URL`` is honoured by boto3 and the CDK CLI
+alike (``make deploy-moto`` points both at moto's server).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+
+from infra.controller_config import REPO_ROOT
+from infra.deploy_config import DeployConfig, DeployConfigError, load
+
+STACK_NAME = "HyperPodDhc"
+BOOTSTRAP_QUALIFIER = "hnb659fds"  # the CDK default; `cdk bootstrap` without --qualifier
+BOOTSTRAP_PARAMETER = f"/cdk-bootstrap/{BOOTSTRAP_QUALIFIER}/version"
+MIN_BOOTSTRAP_VERSION = 6  # what aws-cdk-lib's default synthesizer asks (the assembly says so too)
+DEFAULT_CDK = REPO_ROOT / ".venv" / "cdk-cli" / "node_modules" / ".bin" / "cdk"
+
+
+class PreflightError(RuntimeError):
+    """A check that failed before CloudFormation: the message is the one line an operator reads."""
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    name: str
+    status: str
+    groups: tuple[tuple[str, str, int], ...]  # (group, instance type, current count)
+
+
+@dataclass(frozen=True)
+class Preflight:
+    account: str
+    caller: str
+    region: str
+    bootstrap_version: int
+    clusters: tuple[ClusterFacts, ...]
+
+
+def preflight(config: DeployConfig, session: boto3.Session) -> Preflight:
+    """The checks, in order; raises PreflightError at the first that fails. Calls STS, SSM and SageMaker only."""
+    region = config.region
+    known = session.get_available_regions("sagemaker")
+    if region not in known:
+        raise PreflightError(f"region {region} has no SageMaker endpoint (SageMaker regions: {', '.join(known)})")
+    try:
+        identity = session.client("sts", region_name=region).get_caller_identity()
+    except NoCredentialsError:
+        raise PreflightError("no AWS credentials: set AWS_PROFILE or run `aws configure` / `aws sso login`") from None
+    except (ClientError, BotoCoreError) as err:
+        raise PreflightError(f"the credentials do not work: {_reason(err)}") from None
+    account = identity["Account"]
+    sagemaker = session.client("sagemaker", region_name=region)
+    try:
+        listed = _list_clusters(sagemaker)
+    except (ClientError, BotoCoreError) as err:
+        raise PreflightError(f"HyperPod's API does not answer in {region}: {_reason(err)}") from None
+    version = _bootstrap_version(session.client("ssm", region_name=region), account, region)
+    names = config.clusters if config.clusters is not None else tuple(listed)
+    return Preflight(
+        account=account,
+        caller=identity["Arn"],
+        region=region,
+        bootstrap_version=version,
+        clusters=tuple(_slurm_cluster(sagemaker, name, region) for name in names),
+    )
+
+
+def _list_clusters(sagemaker: Any) -> list[str]:
+    names: list[str] = []
+    for page in sagemaker.get_paginator("list_clusters").paginate():
+        names += [summary["ClusterName"] for summary in page.get("ClusterSummaries", [])]
+    return names
+
+
+def _bootstrap_version(ssm: Any, account: str, region: str) -> int:
+    bootstrap = f"run `cdk bootstrap aws://{account}/{region}` first (with the same credentials)"
+    try:
+        value = ssm.get_parameter(Name=BOOTSTRAP_PARAMETER)["Parameter"]["Value"]
+    except ClientError as err:
+        if err.response["Error"]["Code"] == "ParameterNotFound":
+            raise PreflightError(f"{account}/{region} is not CDK-bootstrapped: {bootstrap}") from None
+        raise PreflightError(f"cannot read the CDK bootstrap version ({BOOTSTRAP_PARAMETER}): {_reason(err)}") from None
+    if not str(value).isdigit() or int(value) < MIN_BOOTSTRAP_VERSION:
+        raise PreflightError(
+            f"{account}/{region}'s CDK bootstrap is version {value}, this stack needs {MIN_BOOTSTRAP_VERSION}+: "
+            f"{bootstrap}"
+        )
+    return int(value)
+
+
+def _slurm_cluster(sagemaker: Any, name: str, region: str) -> ClusterFacts:
+    try:
+        cluster = sagemaker.describe_cluster(ClusterName=name)
+    except ClientError as err:
+        if err.response["Error"]["Code"] in ("ResourceNotFound", "ValidationException"):
+            raise PreflightError(f"cluster {name} is not a HyperPod cluster in {region} ({_reason(err)})") from None
+        raise PreflightError(f"cannot describe cluster {name}: {_reason(err)}") from None
+    # An allow-list: no orchestrator block (clusters made before it existed) or a Slurm one. EKS, or an
+    # orchestrator this code does not know, is refused: the controller drives Slurm clusters only.
+    orchestrator = set(cluster.get("Orchestrator") or {})
+    if not orchestrator <= {"Slurm"}:
+        raise PreflightError(
+            f"cluster {name} is orchestrated by {', '.join(sorted(orchestrator))}, not Slurm: hyperpod-dhc "
+            "drives Slurm clusters only"
+        )
+    groups = tuple(
+        (group.get("InstanceGroupName", "?"), group.get("InstanceType", "?"), int(group.get("CurrentCount", 0)))
+        for group in cluster.get("InstanceGroups", [])
+    )
+    return ClusterFacts(name=name, status=str(cluster.get("ClusterStatus", "?")), groups=groups)
+
+
+def _reason(err: Exception) -> str:
+    if isinstance(err, ClientError):
+        error = err.response.get("Error", {})
+        return f"{error.get('Code', '?')}: {error.get('Message', '')}".strip().rstrip(":")
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
+
+
+def synthesize(config: DeployConfig, facts: Preflight, cdk: Path, out: Path) -> Path:
+    """``cdk synth`` of the app with the file's values as context, into ``out``; returns the template's path."""
+    base = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
+    command = [
+        str(cdk), "synth", "--quiet", "--app", f"{sys.executable} -m infra.app", "--output", str(out),
+        *config.cdk_context_args(base),
+    ]  # fmt: skip
+    _run(command, _cdk_env(facts), what="cdk synth")
+    return out / f"{STACK_NAME}.template.json"
+
+
+def required_bootstrap(assembly: Path) -> int:
+    manifest = json.loads((assembly / "manifest.json").read_text())
+    versions = [
+        int(artifact.get("properties", {}).get("requiresBootstrapStackVersion", 0))
+        for artifact in manifest.get("artifacts", {}).values()
+    ]
+    return max([MIN_BOOTSTRAP_VERSION, *versions])
+
+
+def plan_text(config: DeployConfig, facts: Preflight, template: dict[str, Any], existing: str | None) -> str:
+    """What `make deploy` will do, for a human: where, for which clusters, who is told, what is created."""
+    lines = [
+        f"{'Update' if existing else 'Create'} stack {STACK_NAME} in {facts.account}/{facts.region}"
+        + (f" (now {existing})" if existing else "")
+        + f", as {facts.caller}",
+        f"  CDK bootstrap version {facts.bootstrap_version}",
+        "  clusters: " + ("every Slurm cluster in the region, present and future" if config.clusters is None else ""),
+    ]
+    for cluster in facts.clusters:
+        groups = ", ".join(f"{g} ({count} x {kind})" for g, kind, count in cluster.groups) or "no instance groups"
+        lines.append(f"    {cluster.name} [{cluster.status}]: {groups}")
+    told = [
+        f"email {config.notification_email}" if config.notification_email else "",
+        "Slack channel " + config.slack["channel_id"] if config.slack else "",
+        "Teams channel " + config.teams["channel_id"] if config.teams else "",
+        *(f"webhook {url.split('?')[0]}" for url in config.webhooks),
+    ]
+    lines.append("  notifications: " + (", ".join(t for t in told if t) or "the SNS topic only (no subscription)"))
+    lines.append(
+        "  isolating groups (drained in Slurm until checked): "
+        + (", ".join(config.isolating_groups) if config.isolating_groups is not None else "every on-demand group")
+    )
+    for name, who in config.principals.items():
+        listed = "; ".join(f"{cluster}: {', '.join(arns)}" for cluster, arns in who.items())
+        lines.append(f"  {name.replace('_', ' ')}: {listed or 'nobody'}")
+    lines.append(f"  nodes table deletion protection: {'on' if config.table_deletion_protection else 'off'}")
+    kinds = collections.Counter(resource["Type"] for resource in template.get("Resources", {}).values())
+    lines.append(f"  resources: {sum(kinds.values())}")
+    lines += [f"    {count:3d} {kind}" for kind, count in sorted(kinds.items())]
+    return "\n".join(lines)
+
+
+def existing_stack(session: boto3.Session, region: str) -> str | None:
+    """The stack's status, or None when there is none (the first CloudFormation call, after every check)."""
+    try:
+        stacks = session.client("cloudformation", region_name=region).describe_stacks(StackName=STACK_NAME)
+    except ClientError as err:
+        if "does not exist" in err.response["Error"].get("Message", ""):
+            return None
+        raise
+    return str(stacks["Stacks"][0]["StackStatus"]) if stacks.get("Stacks") else None
+
+
+def _cdk_env(facts: Preflight) -> dict[str, str]:
+    return {
+        **os.environ,
+        "AWS_REGION": facts.region,
+        "AWS_DEFAULT_REGION": facts.region,
+        "CDK_DEFAULT_REGION": facts.region,
+        "CDK_DEFAULT_ACCOUNT": facts.account,
+        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": os.environ.get(
+            "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20"
+        ),
+    }
+
+
+def _run(command: Sequence[str], env: dict[str, str], *, what: str) -> None:
+    result = subprocess.run(command, env=env, cwd=REPO_ROOT, check=False)
+    if result.returncode != 0:
+        raise PreflightError(f"{what} failed (exit {result.returncode}); its output is above")
+
+
+def main(argv: Sequence[str] | None = None, *, session_factory: Callable[[], boto3.Session] = boto3.Session) -> int:
+    parser = argparse.ArgumentParser(prog="python -m infra.deploy", description=__doc__.split("\n\n")[0])
+    parser.add_argument("action", choices=("plan", "deploy", "destroy"))
+    parser.add_argument("--config", default="deploy.toml", help="the deploy configuration (default deploy.toml)")
+    parser.add_argument("--cdk", type=Path, default=DEFAULT_CDK, help="the CDK CLI (default: make install's)")
+    parser.add_argument("--yes", action="store_true", help="no questions: cdk's --require-approval never / --force")
+    parser.add_argument("--output", type=Path, help="the cloud assembly directory (default: a temporary one)")
+    args = parser.parse_args(argv)
+    name = f"make {args.action}"
+    try:
+        config = load(args.config)
+        session = session_factory()
+        facts = preflight(config, session)
+        out = args.output or Path(tempfile.mkdtemp(prefix="hyperpod-dhc-assembly-"))
+        template_path = synthesize(config, facts, args.cdk, out)
+        needed = required_bootstrap(out)
+        if facts.bootstrap_version < needed:
+            raise PreflightError(
+                f"the stack needs CDK bootstrap version {needed}+, the account has {facts.bootstrap_version}"
+            )
+        existing = existing_stack(session, config.region)
+        print(plan_text(config, facts, json.loads(template_path.read_text()), existing), flush=True)
+        if args.action == "plan":
+            return 0
+        if args.action == "destroy":
+            if existing is None:
+                print(f"{name}: no stack {STACK_NAME} in {facts.region}: nothing to destroy")
+                return 0
+            print(f"{name}: the nodes table is retained (RemovalPolicy RETAIN): delete it by hand if it must go")
+            command = [str(args.cdk), "destroy", "--app", str(out), STACK_NAME, *(["--force"] if args.yes else [])]
+        else:
+            command = [
+                str(args.cdk), "deploy", "--app", str(out), STACK_NAME,
+                "--require-approval", "never" if args.yes else "broadening",
+            ]  # fmt: skip
+        _run(command, _cdk_env(facts), what=f"cdk {args.action}")
+        if args.output is None:
+            shutil.rmtree(out, ignore_errors=True)
+        return 0
+    except (DeployConfigError, PreflightError) as err:
+        print(f"{name}: {err}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

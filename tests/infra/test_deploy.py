@@ -1,0 +1,248 @@
+"""`make plan` / `make deploy`: the deploy file's checks, and the preflight that stops before any CloudFormation call.
+
+The preflight runs against moto (STS, SSM, SageMaker); a botocore hook counts every CloudFormation call, so a
+failing check that let one through fails its test.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+import boto3
+import pytest
+from moto import mock_aws
+
+from infra import deploy
+from infra.controller_config import (
+    BREAKER_RESETTERS_KEY,
+    read_breaker_resetters,
+    read_controller_config,
+    read_notification_email,
+)
+from infra.deploy_config import DeployConfigError, load, parse
+from tests.harness.synth import REPO_ROOT
+
+EXAMPLE = REPO_ROOT / "infra" / "deploy.example.toml"
+ROLE = "arn:aws:iam::123456789012:role/HyperPodOnCall*"
+
+
+def _config(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "deploy.toml"
+    path.write_text(text)
+    return path
+
+
+# --- the file -------------------------------------------------------------------------------------------------
+
+
+def test_the_example_file_loads_as_the_readme_shows_it() -> None:
+    config = load(EXAMPLE)
+    assert (config.region, config.clusters, config.notification_email) == (
+        "us-west-2",
+        ("ml-cluster",),
+        "hpc-oncall@example.com",
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ('region = "us-west-2"\nclusters = "all"\nclsuters = []\n', "clsuters: unknown key"),
+        ('region = "uswest2"\nclusters = "all"\n', "region: must be an AWS region"),
+        ('region = "us-west-2"\nclusters = []\n', "clusters: must be"),
+        ('region = "us-west-2"\nclusters = "all"\nwebhooks = ["http://x"]\n', "webhooks: must be a list of https"),
+        ('region = "us-west-2"\nclusters = "all"\n[slack]\nchannel_id = "C1"\n', "slack: must be a table of exactly"),
+        ('region = "us-west-2"\nclusters = "all"\n[breaker_resetters]\nprod = "arn"\n', "breaker_resetters: must"),
+        ('region = "us-west-2"\nclusters = "all"\n[policy]\nclusters = "all"\n', "policy.clusters"),
+        ('region = "us-west-2"\nclusters = ["a"\n', "not valid TOML"),
+    ],
+)
+def test_a_bad_file_stops_with_one_line_naming_the_key(tmp_path: Path, text: str, names: str) -> None:
+    with pytest.raises(DeployConfigError) as caught:
+        load(_config(tmp_path, text))
+    assert names in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_missing_file_says_where_the_example_is(tmp_path: Path) -> None:
+    with pytest.raises(DeployConfigError, match=r"copy infra/deploy.example.toml"):
+        load(tmp_path / "deploy.toml")
+
+
+def test_the_file_becomes_context_the_stacks_own_readers_accept() -> None:
+    """The -c values are JSON strings; the readers of infra/controller_config.py parse them as from cdk.json."""
+    base = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
+    config = parse(
+        {
+            "region": "us-west-2",
+            "clusters": ["prod"],
+            "notification_email": "oncall@example.com",
+            "isolating_groups": ["prod/gpu"],
+            "breaker_resetters": {"prod": [ROLE]},
+            "policy": {"defaults": {"max_attempts": 3}, "groups": {"prod/cpu": {"mode": "off"}}},
+        },
+        Path("deploy.toml"),
+    )
+    args = config.cdk_context_args(base)
+    context = dict(arg.split("=", 1) for arg in args[1::2])
+    stack = cdk.Stack(cdk.App(context=context), "Probe")
+    controller = read_controller_config(stack)
+    assert list(controller.clusters) == ["prod"]
+    assert controller.defaults.max_attempts == 3
+    assert controller.defaults.recovery == base["hyperpod-dhc"]["defaults"]["recovery"]  # cdk.json's, kept
+    assert controller.policy_for("prod", "gpu").isolating is True
+    assert controller.policy_for("prod", "other").isolating is False
+    assert read_notification_email(stack) == "oncall@example.com"
+    assert read_breaker_resetters(stack, controller) == {"prod": (ROLE,)}
+    assert BREAKER_RESETTERS_KEY in context
+
+
+# --- the preflight ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, int]]:
+    """moto for STS/SSM/SageMaker, and a count of CloudFormation calls made through any session."""
+    for name, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-west-2",
+    }.items():
+        monkeypatch.setenv(name, value)
+    calls = {"cloudformation": 0}
+    with mock_aws():
+        yield calls
+
+
+def _session(calls: dict[str, int], *, orchestrator: dict[str, Any] | None = None) -> boto3.Session:
+    session = boto3.Session(region_name="us-west-2")
+
+    def count(**_: Any) -> None:
+        calls["cloudformation"] += 1
+
+    session.events.register("before-call.cloudformation", count)
+    if orchestrator is not None:
+
+        def orchestrated(parsed: dict[str, Any], **_: Any) -> None:
+            parsed["Orchestrator"] = orchestrator
+
+        session.events.register("after-call.sagemaker.DescribeCluster", orchestrated)
+    return session
+
+
+def _bootstrap(version: str = "28") -> None:
+    boto3.client("ssm", region_name="us-west-2").put_parameter(
+        Name=deploy.BOOTSTRAP_PARAMETER, Value=version, Type="String"
+    )
+
+
+def _cluster(name: str = "ml-cluster") -> None:
+    boto3.client("sagemaker", region_name="us-west-2").create_cluster(
+        ClusterName=name,
+        InstanceGroups=[
+            {
+                "InstanceGroupName": "gpu-workers",
+                "InstanceType": "ml.p5.48xlarge",
+                "InstanceCount": 4,
+                "LifeCycleConfig": {"SourceS3Uri": "s3://sagemaker-lifecycle/", "OnCreate": "on_create.sh"},
+                "ExecutionRole": "arn:aws:iam::123456789012:role/exec",
+                "ThreadsPerCore": 1,
+            }
+        ],
+    )
+
+
+def _main(path: Path, session: boto3.Session, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    code = deploy.main(["plan", "--config", str(path)], session_factory=lambda: session)
+    return code, capsys.readouterr().err
+
+
+def test_a_ready_account_passes_every_check(aws: dict[str, int]) -> None:
+    _bootstrap()
+    _cluster()
+    facts = deploy.preflight(load(EXAMPLE), _session(aws, orchestrator={"Slurm": {"SlurmConfigStrategy": "Managed"}}))
+    assert (facts.account, facts.region, facts.bootstrap_version) == ("123456789012", "us-west-2", 28)
+    assert facts.clusters[0].groups == (("gpu-workers", "ml.p5.48xlarge", 4),)
+    assert aws["cloudformation"] == 0
+
+
+@pytest.mark.parametrize(
+    ("setup", "config", "reason"),
+    [
+        ("ready", 'region = "us-west-9"\nclusters = "all"\n', "region us-west-9 has no SageMaker endpoint"),
+        (
+            "no-bootstrap",
+            'region = "us-west-2"\nclusters = ["ml-cluster"]\n',
+            "is not CDK-bootstrapped: run `cdk bootstrap",
+        ),
+        (
+            "old-bootstrap",
+            'region = "us-west-2"\nclusters = ["ml-cluster"]\n',
+            "bootstrap is version 5, this stack needs 6+",
+        ),
+        ("ready", 'region = "us-west-2"\nclusters = ["nope"]\n', "cluster nope is not a HyperPod cluster in us-west-2"),
+        ("eks", 'region = "us-west-2"\nclusters = ["ml-cluster"]\n', "orchestrated by Eks, not Slurm"),
+        ("unknown-orchestrator", 'region = "us-west-2"\nclusters = "all"\n', "orchestrated by Nomad, not Slurm"),
+    ],
+)
+def test_a_check_that_fails_stops_with_one_line_before_any_cloudformation_call(
+    aws: dict[str, int], tmp_path: Path, capsys: pytest.CaptureFixture[str], setup: str, config: str, reason: str
+) -> None:
+    if setup != "no-bootstrap":
+        _bootstrap("5" if setup == "old-bootstrap" else "28")
+    _cluster()
+    orchestrator = {"eks": {"Eks": {"ClusterArn": "arn"}}, "unknown-orchestrator": {"Nomad": {}}}.get(setup)
+    code, err = _main(_config(tmp_path, config), _session(aws, orchestrator=orchestrator), capsys)
+    assert code == 1
+    assert err.startswith("make plan: ") and reason in err, err
+    assert err.count("\n") == 1
+    assert aws["cloudformation"] == 0
+
+
+def test_no_credentials_stop_before_any_call(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    calls = {"cloudformation": 0}
+    code, err = _main(_config(tmp_path, 'region = "us-west-2"\nclusters = "all"\n'), _session(calls), capsys)
+    assert (code, calls["cloudformation"]) == (1, 0)
+    assert "make plan: no AWS credentials" in err
+
+
+def test_the_plan_says_where_what_and_who(aws: dict[str, int]) -> None:
+    _bootstrap()
+    _cluster()
+    config = parse(
+        {
+            "region": "us-west-2",
+            "clusters": ["ml-cluster"],
+            "notification_email": "oncall@example.com",
+            "slack": {"workspace_id": "T1", "channel_id": "C1"},
+            "webhooks": ["https://hooks.example.com/hpdhc?token=secret"],
+            "breaker_resetters": {"*": [ROLE]},
+        },
+        Path("deploy.toml"),
+    )
+    facts = deploy.preflight(config, _session(aws))
+    template = {
+        "Resources": {
+            "A": {"Type": "AWS::Lambda::Function"},
+            "B": {"Type": "AWS::Lambda::Function"},
+            "C": {"Type": "AWS::DynamoDB::Table"},
+        }
+    }
+    text = deploy.plan_text(config, facts, template, existing=None)
+    assert text.splitlines()[0].startswith("Create stack HyperPodDhc in 123456789012/us-west-2")
+    assert "ml-cluster [InService]: gpu-workers (4 x ml.p5.48xlarge)" in text
+    assert "email oncall@example.com, Slack channel C1, webhook https://hooks.example.com/hpdhc" in text
+    assert "secret" not in text  # a webhook's query string is not printed
+    assert f"breaker resetters: *: {ROLE}" in text
+    assert "resources: 3" in text and "  2 AWS::Lambda::Function" in text
