@@ -10,11 +10,39 @@ the exact calls SNS makes for an encrypted publish. (``Topic.grant_publish`` wou
 ``kms:GenerateDataKey*``, a wildcard action this stack does not use anywhere.)
 
 An email subscription is added when the ``hyperpod-dhc:notification-email`` context key is set.
+
+Chat and webhooks (each optional, from the deploy config):
+
+- Slack and Microsoft Teams through AWS Chatbot (Amazon Q Developer in chat applications): one channel
+  configuration each, subscribed to the topic. The workspace (Slack) or team (Teams) must have been authorized
+  once in the Chatbot console; CloudFormation cannot do that step. Chatbot posts what the controller publishes for
+  HTTPS subscribers (a custom notification, ``deephealth.domain.messages``) and this stack's CloudWatch alarms.
+  Its channel role has no permissions at all, and the channel's guardrail is AWS's ``AWSDenyAll``: the channel
+  only receives notifications; nobody can run an AWS command from the chat through it (channel members' own user
+  roles are capped by the guardrail too). The price: alarm notifications come without the metric graph Chatbot
+  draws when its role may read CloudWatch (the documented notifications policy is ``cloudwatch:Describe*``,
+  ``Get*`` and ``List*`` on every resource, which this stack grants nobody).
+  The topic's customer-managed key needs no grant for Chatbot: SNS decrypts a message before it delivers it to a
+  subscriber, over HTTPS to Chatbot's endpoint; only publishers use the key.
+- HTTPS webhooks: one SNS ``https`` subscription per URL. The endpoint must answer SNS's subscription confirmation
+  (visit the ``SubscribeURL`` of the first POST) before anything is delivered, so a Slack or Teams *incoming*
+  webhook cannot be subscribed directly (use the Chatbot channel for those). It receives the SNS envelope whose
+  ``Message`` is the Chatbot custom-notification JSON (the machine-readable detail in
+  ``metadata.additionalContext``), with the message attributes for filtering.
+  A webhook URL is stored in the CloudFormation template, the synthesized ``cdk.out`` and the subscription's
+  attributes: a URL that carries a secret (a token in its path or query) is readable by whoever can read those.
+  Credentials in the URL's user-info part (``https://user:pass@host``) are refused for that reason.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from urllib.parse import quote, urlsplit
+
 from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
+from aws_cdk import aws_chatbot as chatbot
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_kms as kms
 from aws_cdk import aws_lambda as lambda_
@@ -22,10 +50,100 @@ from aws_cdk import aws_sns as sns
 from aws_cdk import aws_sns_subscriptions as subscriptions
 from constructs import Construct
 
+from deephealth.domain.policy import ConfigError
+
 ENV_TOPIC_ARN = "NOTIFICATIONS_TOPIC_ARN"
 PUBLISH_KEY_ACTIONS = ("kms:GenerateDataKey", "kms:Decrypt")
 # What the AWS documentation gives service principals that publish to an encrypted topic.
 SERVICE_KEY_ACTIONS = ("kms:GenerateDataKey*", "kms:Decrypt")
+
+
+# The guardrail of every chat channel: an AWS managed policy that denies every action (notifications only).
+CHAT_GUARDRAIL = "AWSDenyAll"
+CHATBOT_PRINCIPAL = "chatbot.amazonaws.com"
+# AWS::Chatbot identifier patterns (CloudFormation resource schemas).
+_SLACK_WORKSPACE = re.compile(r"[0-9A-Z]{1,255}")
+_SLACK_CHANNEL = re.compile(r"[A-Za-z0-9]{1,255}")
+_UUID = re.compile(r"[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}")
+_TEAMS_CHANNEL = re.compile(r"[a-zA-Z0-9\-_=+/.,]*%3[aA][a-zA-Z0-9\-_=+/.,]*%40[a-zA-Z0-9\-_=+/.,]*")
+_TEAMS_CHANNEL_SAFE = "-_=+/.,%"  # left as they are when a channel id is URL-encoded
+MAX_WEBHOOKS = 20
+
+
+@dataclass(frozen=True)
+class SlackChannel:
+    """A Slack channel of a workspace authorized in the AWS Chatbot console.
+
+    ``workspace_id``: the workspace (team) id, ``T…`` (Chatbot console, or the workspace's URL);
+    ``channel_id``: the channel's id, ``C…`` (channel details in Slack), not its name."""
+
+    workspace_id: str
+    channel_id: str
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.workspace_id, str) or not _SLACK_WORKSPACE.fullmatch(self.workspace_id):
+            raise ConfigError(
+                f"slack.workspace_id must be a Slack workspace id (T…, upper case), got {self.workspace_id!r}"
+            )
+        if not isinstance(self.channel_id, str) or not _SLACK_CHANNEL.fullmatch(self.channel_id):
+            raise ConfigError(
+                f"slack.channel_id must be a Slack channel id (C…, not its name), got {self.channel_id!r}"
+            )
+
+
+@dataclass(frozen=True)
+class TeamsChannel:
+    """A Microsoft Teams channel of a team authorized in the AWS Chatbot console.
+
+    ``team_id`` and ``tenant_id``: GUIDs; ``channel_id``: the channel id as in the channel's link, either
+    URL-encoded (``19%3a…%40thread.tacv2``) or not (``19:…@thread.tacv2``, encoded here)."""
+
+    team_id: str
+    channel_id: str
+    tenant_id: str
+
+    def __post_init__(self) -> None:
+        for field, value in (("team_id", self.team_id), ("tenant_id", self.tenant_id)):
+            if not isinstance(value, str) or not _UUID.fullmatch(value):
+                raise ConfigError(f"teams.{field} must be a GUID (8-4-4-4-12 hex digits), got {value!r}")
+        channel = quote(self.channel_id, safe=_TEAMS_CHANNEL_SAFE) if isinstance(self.channel_id, str) else ""
+        if not _TEAMS_CHANNEL.fullmatch(channel) or len(channel) > 255:
+            raise ConfigError(
+                f"teams.channel_id must be a Teams channel id (19:…@thread.tacv2), got {self.channel_id!r}"
+            )
+        object.__setattr__(self, "channel_id", channel)
+
+
+def webhook_url(url: object) -> str:
+    """``url`` when it is a well-formed ``https://`` URL without user-info credentials; ConfigError otherwise."""
+    shown = url if isinstance(url, str) and len(url) <= 200 else f"{str(url)[:200]}…"
+    if not isinstance(url, str) or not url or any(c.isspace() or ord(c) < 32 for c in url):
+        raise ConfigError(f"webhooks: {shown!r} is not a URL (a string without spaces)")
+    try:
+        parts = urlsplit(url)
+        hostname, _ = parts.hostname, parts.port  # a malformed port raises here
+    except ValueError as err:
+        raise ConfigError(f"webhooks: {shown!r} is not a well-formed URL: {err}") from None
+    if parts.scheme != "https":
+        raise ConfigError(f"webhooks: {shown!r} must be an https:// URL (SNS would send it plain HTTP)")
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError("webhooks: a URL with credentials (https://user:pass@host) would be stored in the template")
+    if not hostname or "." not in hostname or parts.fragment:
+        raise ConfigError(f"webhooks: {shown!r} must name a host (https://host.example/path) and have no #fragment")
+    if len(url) > 2048:
+        raise ConfigError(f"webhooks: {shown!r} is longer than 2048 characters")
+    return url
+
+
+def webhook_urls(urls: Sequence[str]) -> tuple[str, ...]:
+    if isinstance(urls, str):
+        raise ConfigError("webhooks must be a list of https:// URLs, got one string")
+    checked = tuple(webhook_url(u) for u in urls)
+    if len(set(checked)) != len(checked):
+        raise ConfigError("webhooks: a URL is listed twice")
+    if len(checked) > MAX_WEBHOOKS:
+        raise ConfigError(f"webhooks: at most {MAX_WEBHOOKS} URLs, got {len(checked)}")
+    return checked
 
 
 def alarm_name(scope: Construct, what: str) -> str:
@@ -34,8 +152,18 @@ def alarm_name(scope: Construct, what: str) -> str:
 
 
 class Notifications(Construct):
-    def __init__(self, scope: Construct, id: str, *, email: str | None = None) -> None:
+    def __init__(
+        self,
+        scope: Construct,
+        id: str,
+        *,
+        email: str | None = None,
+        slack: SlackChannel | None = None,
+        teams: TeamsChannel | None = None,
+        webhooks: Sequence[str] = (),
+    ) -> None:
         super().__init__(scope, id)
+        urls = webhook_urls(webhooks)  # before any resource: a bad URL is a ConfigError, not half a construct
         stack = Stack.of(self)
         self.topic_name = f"{stack.stack_name}-notifications"
         topic_arn = stack.format_arn(service="sns", resource=self.topic_name)
@@ -99,6 +227,52 @@ class Notifications(Construct):
         )
         if email is not None:
             self.topic.add_subscription(subscriptions.EmailSubscription(email))
+        for url in urls:
+            # CDK names the subscription by its URL, not its position: reordering the list replaces no
+            # subscription (each would need confirming again).
+            self.topic.add_subscription(subscriptions.UrlSubscription(url, protocol=sns.SubscriptionProtocol.HTTPS))
+        self.chat_role: iam.Role | None = None
+        self.slack: chatbot.SlackChannelConfiguration | None = None
+        self.teams: chatbot.CfnMicrosoftTeamsChannelConfiguration | None = None
+        if slack is not None or teams is not None:
+            self._add_chat(stack, slack, teams)
+
+    def _add_chat(self, stack: Stack, slack: SlackChannel | None, teams: TeamsChannel | None) -> None:
+        """AWS Chatbot channels on the topic: a role without permissions and a deny-all guardrail."""
+        self.chat_role = iam.Role(
+            self,
+            "ChatRole",
+            assumed_by=iam.ServicePrincipal(CHATBOT_PRINCIPAL),
+            description="hyperpod-dhc: AWS Chatbot channel role, no permissions (the channels only get notifications)",
+        )
+        guardrail = iam.ManagedPolicy.from_aws_managed_policy_name(CHAT_GUARDRAIL)
+        # Configuration names are unique per account across regions: the stack name and region say whose.
+        name = f"{stack.stack_name[:90]}-{stack.region}"
+        if slack is not None:
+            self.slack = chatbot.SlackChannelConfiguration(
+                self,
+                "Slack",
+                slack_channel_configuration_name=f"{name}-slack",
+                slack_workspace_id=slack.workspace_id,
+                slack_channel_id=slack.channel_id,
+                notification_topics=[self.topic],
+                role=self.chat_role,
+                guardrail_policies=[guardrail],
+                user_role_required=False,
+            )
+        if teams is not None:
+            self.teams = chatbot.CfnMicrosoftTeamsChannelConfiguration(
+                self,
+                "Teams",
+                configuration_name=f"{name}-teams",
+                iam_role_arn=self.chat_role.role_arn,
+                team_id=teams.team_id,
+                teams_channel_id=teams.channel_id,
+                teams_tenant_id=teams.tenant_id,
+                sns_topic_arns=[self.topic.topic_arn],
+                guardrail_policies=[guardrail.managed_policy_arn],
+                user_role_required=False,
+            )
 
     def add_publisher(self, function: lambda_.Function) -> None:
         """``NOTIFICATIONS_TOPIC_ARN`` in the function's environment, and the right to publish."""

@@ -55,7 +55,23 @@ def test_a_pass_after_a_recovery_is_a_recovered_node():
         "verdict": Verdict.PASSED,
         "evidence": [],
         "attempts": 1,
+        "hostname": None,
+        "checks": [],
+        "failed_test": None,
+        "from_state": NodeState.CHECKING,
     }
+
+
+def test_a_failure_names_the_host_the_checks_and_the_failed_test_for_the_message():
+    checked = rec(hostname="ip-10-1-2-3.ec2.internal", check_types=("InstanceStress", "InstanceConnectivity"))
+    record, decision = judged(
+        checked, NodeState.RECOVERY_DUE, Verdict.FAILED, evidence=["result log: dcgm diag failed"]
+    )
+    detail = notices(record, decision)[1].detail
+    assert detail["hostname"] == "ip-10-1-2-3"
+    assert detail["checks"] == ["InstanceStress", "InstanceConnectivity"]
+    assert detail["failed_test"] == "dcgm"
+    assert detail["from_state"] == NodeState.CHECKING
 
 
 @pytest.mark.parametrize("verdict", [Verdict.FAILED, Verdict.REPLACED_BY_HYPERPOD])

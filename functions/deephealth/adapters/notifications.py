@@ -1,12 +1,17 @@
-"""Structured SNS notifications, with message attributes so a subscriber can filter by cluster, group and
-kind (an SNS filter policy on `kind`, `cluster`, `group`, and `route` when the group's policy sets one)."""
+"""SNS notifications that read well where they land, with message attributes so a subscriber can filter by
+cluster, group and kind (an SNS filter policy on `kind`, `cluster`, `group`, and `route` when the group's policy
+sets one).
+
+One publish carries a message per protocol (`MessageStructure=json`, `deephealth.domain.messages`): plain text for
+email, an AWS Chatbot custom notification for HTTPS subscribers (Chatbot's Slack and Teams channels, webhooks), and
+the machine-readable JSON for SQS, Lambda and email-json subscribers."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from deephealth.adapters import aws
+from deephealth.domain.messages import render
 from deephealth.domain.policy import NOTIFICATION_KINDS as KINDS
 
 
@@ -27,10 +32,11 @@ class Notifier:
             for name, value in (("kind", kind), ("cluster", cluster), ("group", group or "-"), ("route", route))
             if value
         }
-        message = {"kind": kind, "cluster": cluster, "group": group, **detail}
+        rendered = render(kind, cluster, group, subject, detail)
         (self._sns or aws.client("sns")).publish(
             TopicArn=self._topic,
-            Subject=subject[:100],
-            Message=json.dumps(message, default=str),
+            Subject=rendered.subject,
+            Message=rendered.message,
+            MessageStructure="json",
             MessageAttributes=attributes,
         )

@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from deephealth.domain.nodes import Decision, NodeRecord, NodeState, Verdict
+from deephealth.domain.nodes import Decision, NodeRecord, NodeState, Verdict, short_hostname
+from deephealth.domain.slurm import failed_test
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,12 @@ def notices(record: NodeRecord, decision: Decision) -> list[Notice]:
         "verdict": decision.verdict,
         "evidence": decision.evidence,
         "attempts": record.attempts,
+        # What a message needs to say which node and which check (`domain.messages`): the Slurm name of the node,
+        # the check types it ran, the test a failure's evidence names first, and the state it left (a reversed pass).
+        "hostname": short_hostname(record.hostname),
+        "checks": list(record.check_types or ()),
+        "failed_test": failed_test(record) if record.verdict == Verdict.FAILED else None,
+        "from_state": decision.from_state,
     }
     cluster, group = record.cluster, record.group
     found: list[Notice] = []
