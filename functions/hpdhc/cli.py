@@ -7,13 +7,15 @@
     hpdhc breakers C                                                      breaker, holds, budgets, held nodes
     hpdhc reset-breaker C [--group G] --reason TEXT                       close a breaker or lift a hold
     hpdhc readings C [--as-fidelity]                                      what the cluster was seen to do
-    hpdhc simulate [--scenario FILE] [--json] [--serve [--port P]]        the digital twin (a checkout only)
+    hpdhc timeline C [--group G] [--out FILE] [--since H] [--until last]  one HTML page: nodes against time
+    hpdhc simulate [--scenario FILE] [--json] [--timeline F] [--serve]    the digital twin (a checkout only)
     hpdhc bridge --cluster C [--interval S] [--once] ...                  the Slurm bridge agent (controller node)
     hpdhc gate node-boot --node NAME | gate slurm-conf                    before slurmd starts: no job before the check
 
 The API commands sign with SigV4 from the standard AWS credential chain (--profile, --region) and find the
-endpoint in the stack's ApiEndpoint output (--stack) unless --endpoint is given; --json prints the API's JSON.
-A refused request (HTTP 4xx) or one that could not be made exits with code 2, a server error with 1.
+endpoint in the stack's ApiEndpoint output (--stack) unless --endpoint is given; --json prints the API's JSON
+(`timeline`: the page's data, `hpdhc.timeline.to_json`). A refused request (HTTP 4xx) or one that could not be made
+exits with code 2, a server error with 1.
 
 `simulate` runs the controller against a simulated HyperPod cluster; it is the digital twin of a checkout of
 hyperpod-dhc (`python -m tests.twin`), which this command runs when the checkout is on the path (`make install`).
@@ -114,6 +116,23 @@ def parser() -> argparse.ArgumentParser:
         "--as-fidelity",
         action="store_true",
         help="print only the twin's `fidelity` block (a scenario's, for `hpdhc simulate`) of what was seen",
+    )
+    pictured = sub.add_parser(
+        "timeline",
+        parents=[api],
+        help="every node's history as one self-contained HTML page: nodes by group against time, rounds, actions",
+    )
+    pictured.add_argument("cluster")
+    pictured.add_argument("--group", help="only this instance group's nodes")
+    pictured.add_argument("--out", metavar="FILE", help="the page to write (default timeline-CLUSTER.html)")
+    pictured.add_argument(
+        "--since", type=float, metavar="HOURS", help="only the last HOURS before the end (default: all history)"
+    )
+    pictured.add_argument(
+        "--until",
+        choices=("now", "last"),
+        default="now",
+        help="end the picture now (default) or at the last recorded change (a twin's `--serve` runs in virtual time)",
     )
     # Parsed elsewhere (main() hands `simulate ...` to the twin, `bridge ...` to hpdhc.bridge); here for --help only.
     sub.add_parser(

@@ -2,8 +2,9 @@
 
 One method per API route, named like the route's handler in the Api function (`list_clusters`, `list_groups`,
 `list_nodes`, `get_node`, `request_checks`, `get_breakers`, `reset_breaker`, and the Slurm bridge's `slurm_state`,
-`report_occupancy`); each returns the route's JSON as is, a paginated or chunked route's pages merged into one. The
-endpoint is the stack's `ApiEndpoint` output unless one is given.
+`report_occupancy`); each returns the route's JSON as is, a paginated or chunked route's pages merged into one.
+`get_nodes` is `get_node` for many nodes, a few at a time. The endpoint is the stack's `ApiEndpoint` output unless
+one is given.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 # boto3 and botocore ship no type information (and boto3-stubs is no dependency): to mypy they are untyped.
@@ -26,6 +28,7 @@ ENDPOINT_OUTPUT = "ApiEndpoint"
 DEFAULT_STACK = "HyperPodDhc"
 SLURM_STATE_PAGE = 10_000  # nodes per page of the desired Slurm state: the most the route gives
 SLURM_PAGE = 1000  # nodes per occupancy report
+NODE_WORKERS = 8  # `get_nodes`: requests in flight at once (API Gateway's default throttle is far above)
 LOCAL_HOSTS = ("127.0.0.1", "localhost")  # the twin's local API (`hpdhc simulate --serve`) checks no signature
 
 Json = dict[str, Any]
@@ -83,6 +86,24 @@ class OperatorClient:
 
     def get_node(self, cluster: str, node: str) -> Json:
         return self._call("GET", _path("clusters", cluster, "nodes", node))
+
+    def get_nodes(self, cluster: str, nodes: list[str], workers: int = NODE_WORKERS) -> list[Json]:
+        """`get_node` of each node, `workers` requests at a time, in the order given; a node gone in between (HTTP
+        404) is left out."""
+        if not nodes:
+            return []
+        self._credentials()  # the credential chain resolved once, before the threads share the session
+
+        def one(node: str) -> Json | None:
+            try:
+                return self.get_node(cluster, node)
+            except ApiError as err:
+                if err.status == 404:
+                    return None
+                raise
+
+        with ThreadPoolExecutor(max_workers=max(1, min(workers, len(nodes)))) as pool:
+            return [doc for doc in pool.map(one, nodes) if doc is not None]
 
     def request_checks(
         self, cluster: str, groups: list[str], instances: list[str], checks: list[str] | None = None

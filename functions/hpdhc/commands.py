@@ -13,8 +13,10 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
+from hpdhc import timeline as pictures
 from hpdhc.client import Json, OperatorClient
 from hpdhc.render import table, when
+from hpdhc.timeline_page import render_html
 
 
 def status(client: OperatorClient, args: argparse.Namespace, out: TextIO) -> int:
@@ -68,6 +70,34 @@ def readings(client: OperatorClient, args: argparse.Namespace, out: TextIO) -> i
     return _print(args, out, data, _readings)
 
 
+def timeline(client: OperatorClient, args: argparse.Namespace, out: TextIO) -> int:
+    """Every node's history (one `get_node` each) as one self-contained HTML page, nodes by group against time
+    (`hpdhc.timeline`); with --json, the page's data instead. The Api function reads the cluster's records for each
+    node it is asked about: thousands of nodes take minutes (`client.NODE_WORKERS` at a time)."""
+    listed = client.list_nodes(args.cluster, args.group)
+    documents = client.get_nodes(args.cluster, [n["node"] for n in listed])
+    now, last = time.time(), pictures.last_change(documents)
+    end = (last if last is not None else now) if args.until == "last" else max(now, last or now)
+    asked = datetime.fromtimestamp(now, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    picture = pictures.build(
+        args.cluster,
+        documents,
+        end=end,
+        source=f"hpdhc timeline {args.cluster}{' --group ' + args.group if args.group else ''}: {client.endpoint}, "
+        f"{asked}.",
+        since_s=None if args.since is None else args.since * 3600,
+    )
+    if args.json:
+        json.dump(pictures.to_json(picture), out, indent=2)
+        out.write("\n")
+        return 0
+    path = args.out or f"timeline-{args.cluster}.html"
+    with open(path, "w", encoding="utf-8") as page:
+        page.write(render_html(picture))
+    print(f"wrote {path}: {pictures.summary(picture)}", file=out)
+    return 0
+
+
 COMMANDS: dict[str, Callable[[OperatorClient, argparse.Namespace, TextIO], int]] = {
     "status": status,
     "nodes": nodes,
@@ -76,6 +106,7 @@ COMMANDS: dict[str, Callable[[OperatorClient, argparse.Namespace, TextIO], int]]
     "breakers": breakers,
     "reset-breaker": reset_breaker,
     "readings": readings,
+    "timeline": timeline,
 }
 
 

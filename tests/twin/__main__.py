@@ -1,10 +1,13 @@
 """The digital twin from a shell: the controller against a simulated HyperPod cluster, no AWS account.
 
-    python -m tests.twin [--scenario FILE] [--json] [--serve [--port P]]     (also `hpdhc simulate ...`)
+    python -m tests.twin [--scenario FILE] [--json] [--timeline FILE.html] [--serve [--port P]]
+                                                                        (also `hpdhc simulate ...`)
 
 Without --json: live progress, then tables per group and per instance (logical id and current instance id).
 With --json: one JSON report on stdout and nothing else (the Lambdas' logs go to --lambda-log). --serve keeps the
-twin alive behind a local operator API for the `hpdhc` commands. A bad scenario exits with code 2.
+twin alive behind a local operator API for the `hpdhc` commands. --timeline writes the run as one self-contained
+HTML page (`hpdhc.timeline`: nodes by group against time) and prints its path (on stderr with --json). A bad
+scenario exits with code 2.
 """
 
 from __future__ import annotations
@@ -51,6 +54,13 @@ def main(argv: list[str] | None = None, prog: str = "python -m tests.twin") -> i
         action="store_true",
         help="after the run, serve the twin's operator API on 127.0.0.1 for the other commands",
     )
+    parser.add_argument(
+        "--timeline",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="after the run, write it as one self-contained HTML page (nodes by group against time)",
+    )
     parser.add_argument("--port", type=int, default=8642)
     parser.add_argument("--serve-seconds", type=float, default=None, help="stop serving after this long")
     return simulate(parser.parse_args(argv))
@@ -84,12 +94,15 @@ def simulate(args: argparse.Namespace) -> int:
             args.progress_every,
             serve=(args.port, args.serve_seconds) if args.serve else None,
             out=out,
+            timeline=args.timeline,
         )
     if args.json:
         json.dump(report, out)
         out.write("\n")
     elif not args.serve:
         tables(report, out)
+    if args.timeline is not None and not args.serve:  # with --serve, written (and said) before serving
+        print(f"timeline: {args.timeline}", file=sys.stderr if args.json else out)
     return 0
 
 
@@ -100,6 +113,7 @@ def _run(
     every_s: float,
     serve: tuple[int, float | None] | None = None,
     out: TextIO = sys.stdout,
+    timeline: Path | None = None,
 ) -> dict:
     from tests.harness.synth import synthesized_template
     from tests.harness.template import ControllerTemplate
@@ -121,9 +135,15 @@ def _run(
         if progress_out is not None:
             _progress(twin, progress(twin), twin.clock.now() - twin.started_at, progress_out)
         report = build_report(twin, wall)
+        if timeline is not None:
+            from tests.twin.timeline import write_timeline
+
+            write_timeline(twin, timeline)
         if serve is not None:
             if progress_out is not None:
                 tables(report, out)
+            if timeline is not None:
+                print(f"timeline: {timeline}", file=out if progress_out is not None else sys.stderr, flush=True)
             _serve(twin, *serve, out)
         return report
 
@@ -138,7 +158,8 @@ def _serve(twin: Any, port: int, seconds: float | None, out: TextIO) -> None:
         f"  hpdhc status --endpoint {endpoint(server)}\n"
         f"  hpdhc nodes {twin.scenario.cluster.name} --endpoint {endpoint(server)}\n"
         f"  hpdhc check {twin.scenario.cluster.name} --group {twin.scenario.groups[0].name} "
-        f"--endpoint {endpoint(server)}\n(Ctrl-C to stop)",
+        f"--endpoint {endpoint(server)}\n"
+        f"  hpdhc timeline {twin.scenario.cluster.name} --until last --endpoint {endpoint(server)}\n(Ctrl-C to stop)",
         file=out,
         flush=True,
     )
