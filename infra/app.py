@@ -1,37 +1,23 @@
-"""The CDK app: ``python -m infra.app`` from the repository root (``cdk.json``).
-
-cdk-nag's AwsSolutions pack runs on every synth; a finding without an acknowledgement fails it.
-"""
-
-from __future__ import annotations
+"""Example app (`cdk.json`): HyperPodDhc in a stack of its own, configured by CDK context, cdk-nag on every synth."""
 
 import os
 
 import aws_cdk as cdk
 from cdk_nag import AwsSolutionsChecks
 
-from infra.stack import HyperPodDhcStack
-
-STACK_ID = "HyperPodDhc"
+from infra.hyperpod_dhc import STACK_DESCRIPTION, HyperPodDhc, HyperPodDhcProps
 
 
-def environment() -> cdk.Environment | None:
-    account, region = os.environ.get("CDK_DEFAULT_ACCOUNT"), os.environ.get("CDK_DEFAULT_REGION")
-    return cdk.Environment(account=account, region=region) if account or region else None
-
-
-def build(app: cdk.App, *, nag: bool = True) -> HyperPodDhcStack:
-    stack = HyperPodDhcStack(app, STACK_ID, env=environment())
-    if nag:
+def build(app: cdk.App, *, nag: bool = True) -> cdk.Stack:
+    env = cdk.Environment(account=os.getenv("CDK_DEFAULT_ACCOUNT"), region=os.getenv("CDK_DEFAULT_REGION"))
+    stack = cdk.Stack(app, "HyperPodDhc", env=env, description=STACK_DESCRIPTION)
+    HyperPodDhc(stack, "Default", props=HyperPodDhcProps.from_context(stack))  # "Default": not in logical ids
+    if nag:  # a finding without an acknowledgement fails synth
         cdk.Validations.of(app).add_plugins(AwsSolutionsChecks(app))
     return stack
 
 
-def main() -> None:
+if __name__ == "__main__":
     app = cdk.App()
     build(app)
     app.synth()
-
-
-if __name__ == "__main__":
-    main()

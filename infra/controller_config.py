@@ -12,12 +12,17 @@ read it back at run time, so a typo fails ``cdk synth`` instead of a round:
 
 The validated model is written as JSON to an SSM String parameter whose name every Lambda gets in
 ``CONFIG_PARAMETER_NAME``: changing the policy is a parameter update, not a code deployment.
+
+The construct takes these values as ``HyperPodDhcProps`` (``infra/hyperpod_dhc.py``): ``from_context`` reads them
+with the ``read_*`` functions here, and props built in code go through the same checks (``deletion_protection``,
+``notification_email``, ``principal_map``), which name what they were given as (a context key, a props field).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from aws_cdk import aws_logs as logs
@@ -31,9 +36,11 @@ from deephealth.domain.policy import (
     parse_config,
 )
 
+# In a checkout, the repository; installed from the wheel, site-packages (nothing of the checkout is there: what infra
+# reads of it ships beside infra's modules, see infra/controller_functions.py and infra/operator_api.py).
 REPO_ROOT = Path(__file__).resolve().parent.parent
-FUNCTIONS_DIR = REPO_ROOT / "functions"
-# The Lambda asset is functions/ without bytecode and without the operator CLI (functions/hpdhc ships as a wheel).
+FUNCTIONS_DIR = REPO_ROOT / "functions"  # a checkout's: the Lambda code (deephealth) and the operator CLI (hpdhc)
+# The Lambda asset is the deephealth package without bytecode, never the operator CLI (hpdhc ships as a wheel).
 ASSET_EXCLUDE = ("__pycache__", "*.pyc", "*.egg-info", "hpdhc")
 CONTEXT_KEY = "hyperpod-dhc"
 # Separate key, not part of ControllerConfig: it is about the stack, not the controller's policy.
@@ -51,6 +58,12 @@ BREAKER_RESETTERS_KEY = "hyperpod-dhc:breaker-resetters"
 SLURM_BRIDGES_KEY = "hyperpod-dhc:slurm-bridges"
 # Who may queue on-demand checks of a cluster (POST /clusters/{cluster}/checks): same shape. Unset or {}: nobody.
 CHECK_REQUESTERS_KEY = "hyperpod-dhc:check-requesters"
+# Where notifications are also delivered (infra/notifications.py): an AWS Chatbot Slack channel
+# {"workspace_id", "channel_id"}, a Teams channel {"team_id", "channel_id", "tenant_id"}, HTTPS webhooks [urls].
+# Unset, {} or []: none.
+SLACK_KEY = "hyperpod-dhc:slack"
+TEAMS_KEY = "hyperpod-dhc:teams"
+WEBHOOKS_KEY = "hyperpod-dhc:webhooks"
 EVERY_CLUSTER = "*"
 # What `aws:PrincipalArn` is for a role (its path included) or a user of one account; an assumed-role
 # session ARN (arn:aws:sts::...:assumed-role/...) never is, so it is refused rather than never matching.
@@ -61,6 +74,10 @@ __all__ = [
     "ConfigError",
     "ControllerConfig",
     "config_parameter",
+    "deletion_protection",
+    "notification_email",
+    "principal_map",
+    "prop_name",
     "read_breaker_resetters",
     "read_check_requesters",
     "read_controller_config",
@@ -96,8 +113,8 @@ def read_controller_config(scope: Construct) -> ControllerConfig:
     raw = scope.node.try_get_context(CONTEXT_KEY)
     if raw is None:
         raise ConfigError(
-            f'missing context key "{CONTEXT_KEY}": run from the repository root (cdk.json) '
-            f"or pass it with -c {CONTEXT_KEY}='{{...}}'"
+            f'missing context key "{CONTEXT_KEY}": run from the repository root (cdk.json), '
+            f"pass it with -c {CONTEXT_KEY}='{{...}}', or build HyperPodDhcProps in code"
         )
     if isinstance(raw, str):  # `-c hyperpod-dhc='{"clusters": [...]}'` arrives as a string
         try:
@@ -107,24 +124,75 @@ def read_controller_config(scope: Construct) -> ControllerConfig:
     return parse_config(raw)
 
 
+def context_key(key: str) -> str:
+    """How an error names a context key."""
+    return f'context key "{key}"'
+
+
+def prop_name(key: str) -> str:
+    """The ``HyperPodDhcProps`` field of a ``hyperpod-dhc:<name>`` context key: ``<name>`` in snake case."""
+    return key.removeprefix(f"{CONTEXT_KEY}:").replace("-", "_")
+
+
 def read_deletion_protection(scope: Construct) -> bool:
     raw = scope.node.try_get_context(DELETION_PROTECTION_KEY)
+    return deletion_protection(raw, context_key(DELETION_PROTECTION_KEY))
+
+
+def deletion_protection(raw: object, where: str) -> bool:
+    """True or false (also as the strings a command line gives); unset (None): true."""
     if raw is None:
         return True
     if isinstance(raw, bool):
         return raw
     if isinstance(raw, str) and raw.lower() in ("true", "false"):
         return raw.lower() == "true"
-    raise ConfigError(f'context key "{DELETION_PROTECTION_KEY}" must be true or false, got {raw!r}')
+    raise ConfigError(f"{where} must be true or false, got {raw!r}")
 
 
 def read_notification_email(scope: Construct) -> str | None:
     """The address of ``hyperpod-dhc:notification-email``; None when unset or empty."""
     raw = scope.node.try_get_context(NOTIFICATION_EMAIL_KEY)
+    return notification_email(raw, context_key(NOTIFICATION_EMAIL_KEY))
+
+
+def _context_json(scope: Construct, key: str) -> object:
+    """A context value; a string is parsed as JSON (`-c <key>='{...}'` arrives as one)."""
+    raw = scope.node.try_get_context(key)
+    if isinstance(raw, str) and raw.strip():
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError as err:
+            raise ConfigError(f"{context_key(key)} is not valid JSON: {err}") from None
+    return raw
+
+
+def read_table(scope: Construct, key: str, fields: tuple[str, ...]) -> dict[str, str] | None:
+    """A context key holding exactly ``fields`` (strings), e.g. ``hyperpod-dhc:slack``; None when unset or empty."""
+    raw = _context_json(scope, key)
+    if raw is None or raw == "" or raw == {}:
+        return None
+    if not isinstance(raw, dict) or set(raw) != set(fields) or not all(isinstance(v, str) for v in raw.values()):
+        raise ConfigError(f"{context_key(key)} must be {{{', '.join(fields)}}} (strings), got {raw!r}")
+    return dict(raw)
+
+
+def read_webhooks(scope: Construct) -> tuple[str, ...]:
+    """``hyperpod-dhc:webhooks``: a list of URLs (checked by infra/notifications.webhook_urls); () when unset."""
+    raw = _context_json(scope, WEBHOOKS_KEY)
+    if raw is None or raw == "":
+        return ()
+    if not isinstance(raw, list):
+        raise ConfigError(f"{context_key(WEBHOOKS_KEY)} must be a list of https:// URLs, got {raw!r}")
+    return tuple(raw)
+
+
+def notification_email(raw: object, where: str) -> str | None:
+    """An email address, stripped; None for None or ""; raises ``ConfigError`` naming ``where`` for anything else."""
     if raw is None or raw == "":
         return None
     if not isinstance(raw, str) or not _EMAIL.fullmatch(raw.strip()):
-        raise ConfigError(f'context key "{NOTIFICATION_EMAIL_KEY}" must be an email address, got {raw!r}')
+        raise ConfigError(f"{where} must be an email address, got {raw!r}")
     return raw.strip()
 
 
@@ -144,31 +212,35 @@ def read_check_requesters(scope: Construct, config: ControllerConfig) -> dict[st
 
 
 def read_principal_map(scope: Construct, config: ControllerConfig, key: str) -> dict[str, tuple[str, ...]]:
-    """A context key of the breaker-resetters shape: cluster (or ``"*"``) -> principal ARN patterns; {} when unset.
-
-    Raises ``ConfigError`` naming the key for anything but a map of cluster names (watched ones, when
-    ``clusters`` is a list) to non-empty lists of IAM role or user ARN patterns of 12-digit accounts.
-    """
+    """A context key of the breaker-resetters shape (``principal_map``), also as a JSON string; {} when unset."""
     raw = scope.node.try_get_context(key)
-    if raw is None or raw == "":
-        return {}
-    where = f'context key "{key}"'
-    if isinstance(raw, str):  # `-c <key>='{...}'` arrives as a string
+    if isinstance(raw, str) and raw:  # `-c <key>='{...}'` arrives as a string
         try:
             raw = json.loads(raw)
         except json.JSONDecodeError as err:
-            raise ConfigError(f"{where} is not valid JSON: {err}") from None
-    if not isinstance(raw, dict):
+            raise ConfigError(f"{context_key(key)} is not valid JSON: {err}") from None
+    return principal_map(raw, config, context_key(key))
+
+
+def principal_map(raw: object, config: ControllerConfig, where: str) -> dict[str, tuple[str, ...]]:
+    """Cluster name (or ``"*"``) -> principal ARN patterns, deduplicated; {} for None or "".
+
+    Raises ``ConfigError`` naming ``where`` for anything but a map of cluster names (watched ones, when
+    ``clusters`` is a list) to non-empty lists of IAM role or user ARN patterns of 12-digit accounts.
+    """
+    if raw is None or raw == "":
+        return {}
+    if not isinstance(raw, Mapping):
         raise ConfigError(f"{where} must be a map of cluster name to principal ARN patterns, got {raw!r}")
     out: dict[str, tuple[str, ...]] = {}
     for cluster, patterns in raw.items():
-        if cluster != EVERY_CLUSTER and not re.fullmatch(GROUP_NAME_PATTERN, cluster):
+        if cluster != EVERY_CLUSTER and not (isinstance(cluster, str) and re.fullmatch(GROUP_NAME_PATTERN, cluster)):
             raise ConfigError(f'{where}: "{cluster}" is neither a cluster name nor "{EVERY_CLUSTER}"')
         if cluster != EVERY_CLUSTER and config.clusters != "all" and cluster not in config.clusters:
             raise ConfigError(
                 f'{where}: cluster "{cluster}" is not one of the watched clusters {list(config.clusters)}'
             )
-        if not isinstance(patterns, list) or not patterns:
+        if not isinstance(patterns, list | tuple) or not patterns:
             raise ConfigError(f'{where}: "{cluster}" must be a non-empty list of principal ARN patterns')
         for pattern in patterns:
             if not isinstance(pattern, str) or not _PRINCIPAL_PATTERN.fullmatch(pattern):

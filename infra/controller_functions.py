@@ -2,19 +2,23 @@
 
 ``ControllerFunction`` is the only place that decides runtime, architecture, memory, logging, tracing
 and the common environment; ``FUNCTIONS`` says what differs per Lambda (handler, timeout, HyperPod
-actions). The code asset is ``functions/`` as is; third-party packages come from ``DependenciesLayer``,
-built from the ``lambda`` dependency group of ``pyproject.toml`` by a local ``pip install`` (no Docker).
+actions). The code asset is the ``deephealth`` package as infra imports it (a checkout's ``functions/deephealth``
+or the installed wheel's), nothing else; third-party packages come from ``DependenciesLayer``, built from the
+``lambda`` dependency group of ``pyproject.toml`` by a local ``pip install`` (no Docker).
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import tomllib
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -30,10 +34,11 @@ from aws_cdk import aws_logs as logs
 from aws_cdk import aws_ssm as ssm
 from constructs import Construct
 
+import deephealth
 from deephealth.domain.rounds import ROUND_STEPS
 from infra.acknowledgements import acknowledge, acknowledge_wildcard_resource
 from infra.cluster_access import grant_cluster_access
-from infra.controller_config import ASSET_EXCLUDE, FUNCTIONS_DIR, REPO_ROOT
+from infra.controller_config import ASSET_EXCLUDE, REPO_ROOT
 from infra.dead_letter_queue import DeadLetterQueue
 from infra.nodes_table import SAVED_INDEX
 
@@ -45,7 +50,9 @@ MEMORY_MB = 512
 SERVICE_NAME = "hyperpod-dhc"
 METRICS_NAMESPACE = "HyperPodDHC"
 PYPROJECT = REPO_ROOT / "pyproject.toml"
-DEPENDENCY_GROUP = "lambda"
+DISTRIBUTION = "hyperpod-dhc"
+LAMBDA_EXTRA = "lambda"  # the layer's pins
+_EXTRA_MARKER = re.compile(rf'\s*;\s*extra\s*==\s*"{LAMBDA_EXTRA}"\s*$')
 
 
 @dataclass(frozen=True)
@@ -150,19 +157,33 @@ CONFIG_ACTIONS = ("ssm:GetParameter",)
 ROUND_STARTERS = ("Intake", "Reconcile", "FinishRound", "Api")
 
 
-def dependency_group(pyproject: Path, group: str) -> list[str]:
-    """The requirements of a PEP 735 dependency group, with ``include-group`` entries expanded."""
-    groups = tomllib.loads(pyproject.read_text())["dependency-groups"]
+def lambda_requirements() -> list[str]:
+    """The layer's pins, the ``lambda`` extra: in a checkout pyproject.toml's, the one place they are written;
+    installed, the distribution's metadata (a wheel carries its extras), so both read the same list."""
+    project = tomllib.loads(PYPROJECT.read_text()).get("project", {}) if PYPROJECT.is_file() else {}
+    if project.get("name") == DISTRIBUTION:
+        return list(project["optional-dependencies"][LAMBDA_EXTRA])
+    requires = importlib.metadata.requires(DISTRIBUTION) or []
+    return [_EXTRA_MARKER.sub("", requirement) for requirement in requires if _EXTRA_MARKER.search(requirement)]
 
-    def expand(name: str, seen: tuple[str, ...]) -> list[str]:
-        if name in seen:
-            raise ValueError(f"dependency group cycle: {' -> '.join((*seen, name))}")
-        out: list[str] = []
-        for entry in groups[name]:
-            out += expand(entry["include-group"], (*seen, name)) if isinstance(entry, dict) else [entry]
-        return out
 
-    return expand(group, ())
+@functools.cache  # one copy per process; removed at exit, once synth has staged it into the cloud assembly
+def _lambda_code_copy() -> tempfile.TemporaryDirectory[str]:
+    copy = tempfile.TemporaryDirectory(prefix="hyperpod-dhc-lambda-code-")
+    source = Path(deephealth.__file__).resolve().parent
+    shutil.copytree(source, Path(copy.name) / "deephealth", ignore=shutil.ignore_patterns(*ASSET_EXCLUDE))
+    return copy
+
+
+def lambda_code_dir() -> Path:
+    """A directory holding exactly the ``deephealth`` package infra imports, without bytecode: the code asset.
+
+    A copy, because where the package lives holds more: a checkout's ``functions/`` the operator CLI, an installed
+    wheel's site-packages everything else. The asset hash is a hash of relative paths and contents, so a copy hashes
+    as ``functions/`` did with ``ASSET_EXCLUDE`` (an asset staged in place, ``aws:cdk:disable-asset-staging``, would
+    point at the copy, which is gone when the app exits).
+    """
+    return Path(_lambda_code_copy().name)
 
 
 @functools.cache  # asked once per process: every synth builds the layer construct
@@ -239,10 +260,8 @@ class PipInstall:
 class DependenciesLayer(lambda_.LayerVersion):
     """The ``lambda`` dependency group of pyproject.toml (boto3, powertools[parser], pydantic)."""
 
-    def __init__(
-        self, scope: Construct, id: str, *, pyproject: Path = PYPROJECT, group: str = DEPENDENCY_GROUP
-    ) -> None:
-        requirements = dependency_group(pyproject, group)
+    def __init__(self, scope: Construct, id: str, *, requirements: Sequence[str] | None = None) -> None:
+        requirements = list(lambda_requirements() if requirements is None else requirements)
         compiler = runtime_python()
         # The pinned requirement list, the target platform and whether bytecode is included fully determine the
         # bundle, so they are its hash: no fingerprinting of the source directory, and an unchanged layer is not
@@ -253,7 +272,7 @@ class DependenciesLayer(lambda_.LayerVersion):
             scope,
             id,
             code=lambda_.Code.from_asset(
-                str(pyproject.parent),  # unused by the local bundler (it reads no source files)
+                str(Path(__file__).resolve().parent),  # unused by the local bundler (it reads no source files)
                 asset_hash_type=AssetHashType.CUSTOM,
                 asset_hash=asset_hash,
                 bundling=BundlingOptions(
@@ -377,7 +396,7 @@ class ControllerFunctions(Construct):
         super().__init__(scope, id)
         self.layer = DependenciesLayer(self, "Dependencies")
         settings = SharedSettings(
-            code=lambda_.Code.from_asset(str(FUNCTIONS_DIR), exclude=list(ASSET_EXCLUDE)),
+            code=lambda_.Code.from_asset(str(lambda_code_dir())),
             layer=self.layer,
             log_retention=log_retention,
             environment={

@@ -1,6 +1,6 @@
 """Encrypted, TLS-only SQS dead-letter queues: where undeliverable events and failed async invocations land.
 
-Every queue is encrypted with one customer-managed KMS key of the stack, ``DeadLetterKey`` (rotation on),
+Every queue is encrypted with one customer-managed KMS key of the controller, ``DeadLetterKey`` (rotation on),
 created with the first queue. A customer-managed key, not SSE-SQS or ``alias/aws/sqs``: EventBridge can
 only deliver to a KMS-encrypted queue whose key policy lets ``events.amazonaws.com`` use the key, and the
 key policy is where that use is limited (to EventBridge rules of this account and region).
@@ -28,13 +28,16 @@ SEND_KEY_ACTIONS = ("kms:GenerateDataKey", "kms:Decrypt")  # what SQS needs from
 
 
 def dead_letter_key(scope: Construct) -> kms.Key:
-    """The stack's one key for its dead-letter queues (created on first use)."""
+    """The controller's one key for its dead-letter queues (created on first use), a child of the nearest scope that
+    holds it (``holds_dead_letter_key``: the ``HyperPodDhc``), else of the stack (a queue built on its own)."""
     stack = Stack.of(scope)
-    existing = stack.node.try_find_child(KEY_ID)
+    holders = [s for s in scope.node.scopes if isinstance(s, Construct) and getattr(s, "holds_dead_letter_key", False)]
+    holder = holders[-1] if holders else stack
+    existing = holder.node.try_find_child(KEY_ID)
     if isinstance(existing, kms.Key):
         return existing
     return kms.Key(
-        stack,
+        holder,
         KEY_ID,
         description=f"hyperpod-dhc: encrypts the dead-letter queues of {stack.stack_name}",
         enable_key_rotation=True,

@@ -168,7 +168,7 @@ def plan_text(config: DeployConfig, facts: Preflight, template: dict[str, Any], 
         + (f" (now {existing})" if existing else "")
         + f", as {facts.caller}",
         f"  CDK bootstrap version {facts.bootstrap_version}",
-        "  clusters: " + ("every Slurm cluster in the region, present and future" if config.clusters is None else ""),
+        "  clusters:" + (" every Slurm cluster in the region, present and future" if config.clusters is None else ""),
     ]
     for cluster in facts.clusters:
         groups = ", ".join(f"{g} ({count} x {kind})" for g, kind, count in cluster.groups) or "no instance groups"

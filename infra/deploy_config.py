@@ -22,12 +22,11 @@ from infra.controller_config import (
     CONTEXT_KEY,
     DELETION_PROTECTION_KEY,
     NOTIFICATION_EMAIL_KEY,
+    SLACK_KEY,
     SLURM_BRIDGES_KEY,
+    TEAMS_KEY,
+    WEBHOOKS_KEY,
 )
-
-SLACK_KEY = "hyperpod-dhc:slack"
-TEAMS_KEY = "hyperpod-dhc:teams"
-WEBHOOKS_KEY = "hyperpod-dhc:webhooks"
 
 _REGION = re.compile(r"[a-z]{2}(?:-[a-z]+)+-\d")
 _GROUP = re.compile(r"(?:[A-Za-z0-9][A-Za-z0-9-]*/)?[A-Za-z0-9][A-Za-z0-9-]*")

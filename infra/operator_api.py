@@ -1,6 +1,6 @@
 """The operators' REST API: API Gateway in front of the Api Lambda, every method IAM (SigV4) authorized.
 
-Routes (``ROUTES``) are the Api handler's, read from its generated OpenAPI document ``docs/openapi.json``: a
+Routes (``ROUTES``) are the Api handler's, read from its generated OpenAPI document ``infra/openapi.json``: a
 route added to ``handlers/api.py`` is deployed once ``make openapi`` has rewritten it (until then
 ``tests/unit/test_openapi.py`` fails, and ``tests/infra/test_operations.py`` fails while the synthesized API and
 the handler's resolver differ). They use the Lambda proxy integration; the Lambda routes and validates
@@ -64,6 +64,7 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from aws_cdk import Aws, Stack
@@ -78,15 +79,16 @@ from infra.controller_config import (
     BREAKER_RESETTERS_KEY,
     CHECK_REQUESTERS_KEY,
     EVERY_CLUSTER,
-    REPO_ROOT,
     SLURM_BRIDGES_KEY,
     ConfigError,
+    prop_name,
 )
 
 STAGE_NAME = "v1"
 THROTTLE_RATE_RPS = 20
 THROTTLE_BURST = 40
-OPENAPI_DOCUMENT = REPO_ROOT / "docs" / "openapi.json"
+# The routes' one source (`make openapi` writes it from the Api handler): beside this module, so the wheel ships it.
+OPENAPI_DOCUMENT = Path(__file__).resolve().parent / "openapi.json"
 HTTP_METHODS = frozenset({"get", "put", "post", "delete", "options", "head", "patch"})
 # Closes a cluster's breaker or lifts a group's capacity hold: only the cluster's resetters (api_policy).
 RESET_ROUTE = ("POST", "/clusters/{cluster}/breakers/reset")
@@ -248,8 +250,10 @@ class OperatorApi(Construct):
         policy = api_policy(authorities)
         if (length := policy_length(self, policy)) > POLICY_LENGTH_QUOTA:
             keys = ", ".join(f'"{key}"' for key, authority in authorities.items() if authority) or "(none set)"
+            fields = ", ".join(prop_name(key) for key, authority in authorities.items() if authority)
             raise ConfigError(
-                f"context keys {keys}: the API's resource policy would be {length} characters, "
+                f"context keys {keys} (HyperPodDhcProps {fields or '-'}): the API's resource policy would be "
+                f"{length} characters, "
                 f"above API Gateway's quota of {POLICY_LENGTH_QUOTA}: name fewer clusters or patterns (wildcards, "
                 '"*"), or raise the quota and POLICY_LENGTH_QUOTA'
             )

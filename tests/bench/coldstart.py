@@ -354,16 +354,14 @@ def build_layer(platform_tag: str | None = None) -> Path:
     `platform_tag` builds the same pinned versions for another platform, to import them here."""
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     from infra.controller_functions import (
-        DEPENDENCY_GROUP,
         PIP_PLATFORM,
-        PYPROJECT,
         PYTHON_VERSION,
         PipInstall,
-        dependency_group,
+        lambda_requirements,
         runtime_python,
     )
 
-    requirements = dependency_group(PYPROJECT, DEPENDENCY_GROUP)
+    requirements = lambda_requirements()
     compiler = runtime_python()
     bundle = [requirements, platform_tag or PIP_PLATFORM, PYTHON_VERSION, "bytecode" if compiler else "source"]
     key = hashlib.sha256(json.dumps(bundle).encode()).hexdigest()[:12]

@@ -1,4 +1,5 @@
-"""Synthesize the stack once per session; every infra test reads the same template."""
+"""Synthesize the example app's stack (the HyperPodDhc construct) once per session; every infra test reads the same
+template."""
 
 from __future__ import annotations
 
@@ -9,11 +10,12 @@ import pytest
 
 os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
+import aws_cdk as cdk
 from aws_cdk.assertions import Template
 
-from infra.stack import HyperPodDhcStack
 from tests.harness import synth
 from tests.harness.asl import round_definition, round_task_functions
+from tests.infra.stacks import controller_stack
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -30,12 +32,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def stack() -> HyperPodDhcStack:
-    return HyperPodDhcStack(synth.app(), synth.STACK_ID)
+def stack() -> cdk.Stack:
+    return controller_stack()
 
 
 @pytest.fixture(scope="session")
-def template(stack: HyperPodDhcStack) -> Template:
+def template(stack: cdk.Stack) -> Template:
     return Template.from_stack(stack)
 
 
@@ -48,7 +50,7 @@ def template_json(template: Template) -> dict[str, Any]:
 def scoped_template_json() -> dict[str, Any]:
     """The stack when the config names its clusters instead of watching "all"."""
     app = synth.app(synth.config_with(clusters=["train-a", "train-b"]))
-    return Template.from_stack(HyperPodDhcStack(app, synth.STACK_ID)).to_json()
+    return Template.from_stack(controller_stack(app)).to_json()
 
 
 @pytest.fixture(scope="session")

@@ -17,9 +17,9 @@ import pytest
 from deephealth.domain.policy import ConfigError
 from infra.controller_config import BREAKER_RESETTERS_KEY
 from infra.operator_api import GUARDS, POLICY_LENGTH_QUOTA, RESET_ROUTE, ROUTES, expand_longest
-from infra.stack import HyperPodDhcStack
 from tests.harness import api_gateway as gw
 from tests.harness import synth
+from tests.infra.stacks import controller, controller_stack
 from tests.infra.test_operations import one, synth_with
 from tests.infra.test_stack import as_list, render, resources
 
@@ -171,8 +171,8 @@ def test_a_changed_map_is_a_new_deployment_of_the_stage(template_json, configure
 
 
 def test_the_map_may_come_as_a_json_string_from_the_command_line() -> None:
-    stack = HyperPodDhcStack(synth.app({BREAKER_RESETTERS_KEY: json.dumps({"prod": [ON_CALL]})}), synth.STACK_ID)
-    statements = stack.resolve(stack.operator_api.api.node.default_child.policy)["Statement"]
+    stack = controller_stack(synth.app({BREAKER_RESETTERS_KEY: json.dumps({"prod": [ON_CALL]})}))
+    statements = stack.resolve(controller(stack).operator_api.api.node.default_child.policy)["Statement"]
     assert [s["Sid"] for s in statements] == [
         "ClusterRoutes1OnlyByTheirPrincipals",
         "OtherClusters1OnlyByPrincipalsOfAll",
@@ -197,20 +197,20 @@ def test_the_map_may_come_as_a_json_string_from_the_command_line() -> None:
 )
 def test_a_bad_map_fails_synth_naming_the_key(bad: Any, named: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(BREAKER_RESETTERS_KEY)) as err:
-        HyperPodDhcStack(synth.app({BREAKER_RESETTERS_KEY: bad}), synth.STACK_ID)
+        controller_stack(synth.app({BREAKER_RESETTERS_KEY: bad}))
     assert named in str(err.value)
 
 
 def test_a_cluster_that_is_not_watched_fails_synth() -> None:
     context = {**synth.config_with(clusters=["prod"]), BREAKER_RESETTERS_KEY: {"prdo": [ON_CALL]}}
     with pytest.raises(ConfigError, match=r'cluster "prdo" is not one of the watched clusters'):
-        HyperPodDhcStack(synth.app(context), synth.STACK_ID)
+        controller_stack(synth.app(context))
 
 
 def test_a_map_beyond_api_gateways_policy_quota_fails_synth_naming_the_key() -> None:
     many = {f"cluster-{i:02d}": [f"arn:aws:iam::{ACCOUNT}:role/OnCall-{i:02d}*"] for i in range(20)}
     with pytest.raises(ConfigError, match=re.escape(BREAKER_RESETTERS_KEY) + r".* characters, above API Gateway"):
-        HyperPodDhcStack(synth.app({BREAKER_RESETTERS_KEY: many}), synth.STACK_ID)
+        controller_stack(synth.app({BREAKER_RESETTERS_KEY: many}))
 
 
 def test_the_policy_length_counts_full_arns_as_api_gateway_stores_them(template_json, configured) -> None:

@@ -31,9 +31,9 @@ from infra.operator_api import (
     api_policy,
     policy_length,
 )
-from infra.stack import HyperPodDhcStack
 from tests.harness import api_gateway as gw
 from tests.harness import synth
+from tests.infra.stacks import controller_stack
 from tests.infra.test_breaker_resetters import ROUTE_WORDS, policy, rendered, route_arn
 from tests.infra.test_operations import dashboard_body, one, synth_with
 from tests.infra.test_stack import resources
@@ -100,7 +100,7 @@ def test_cdk_json_ships_empty_maps_documented_in_its_comment() -> None:
 )
 def test_a_bad_map_fails_synth_naming_the_key(key: str, bad: Any, named: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(key)) as err:
-        HyperPodDhcStack(synth.app({key: bad}), synth.STACK_ID)
+        controller_stack(synth.app({key: bad}))
     assert named in str(err.value)
 
 
@@ -108,7 +108,7 @@ def test_a_bad_map_fails_synth_naming_the_key(key: str, bad: Any, named: str) ->
 def test_a_cluster_that_is_not_watched_fails_synth(key: str) -> None:
     context = {**synth.config_with(clusters=["prod"]), key: {"prdo": [PROD_BRIDGE]}}
     with pytest.raises(ConfigError, match=re.escape(key) + r'.*cluster "prdo" is not one of the watched clusters'):
-        HyperPodDhcStack(synth.app(context), synth.STACK_ID)
+        controller_stack(synth.app(context))
 
 
 # ---------------------------------------------------------------- the resource policy
@@ -274,7 +274,7 @@ def test_maps_beyond_the_quota_fail_synth_naming_the_keys_set() -> None:
     context = {SLURM_BRIDGES_KEY: own(13, "Exec"), CHECK_REQUESTERS_KEY: EVERYONE}
     pattern = re.escape(f'context keys "{SLURM_BRIDGES_KEY}", "{CHECK_REQUESTERS_KEY}"') + r".* characters, above"
     with pytest.raises(ConfigError, match=pattern):
-        HyperPodDhcStack(synth.app(context), synth.STACK_ID)
+        controller_stack(synth.app(context))
 
 
 # ---------------------------------------------------------------- the bridge-silence alarm

@@ -24,6 +24,8 @@ from infra.controller_config import (
     read_notification_email,
 )
 from infra.deploy_config import DeployConfigError, load, parse
+from infra.hyperpod_dhc import ConfigError, HyperPodDhcProps
+from infra.notifications import SlackChannel
 from tests.harness.synth import REPO_ROOT
 
 EXAMPLE = REPO_ROOT / "infra" / "deploy.example.toml"
@@ -84,6 +86,8 @@ def test_the_file_becomes_context_the_stacks_own_readers_accept() -> None:
             "isolating_groups": ["prod/gpu"],
             "breaker_resetters": {"prod": [ROLE]},
             "policy": {"defaults": {"max_attempts": 3}, "groups": {"prod/cpu": {"mode": "off"}}},
+            "slack": {"workspace_id": "T0123ABCD", "channel_id": "C0123ABCD"},
+            "webhooks": ["https://hooks.example.com/hpdhc"],
         },
         Path("deploy.toml"),
     )
@@ -99,6 +103,21 @@ def test_the_file_becomes_context_the_stacks_own_readers_accept() -> None:
     assert read_notification_email(stack) == "oncall@example.com"
     assert read_breaker_resetters(stack, controller) == {"prod": (ROLE,)}
     assert BREAKER_RESETTERS_KEY in context
+    props = HyperPodDhcProps.from_context(stack)  # every key, through the construct's own props
+    assert props.slack == SlackChannel(workspace_id="T0123ABCD", channel_id="C0123ABCD")
+    assert (props.teams, props.webhooks) == (None, ("https://hooks.example.com/hpdhc",))
+    assert props.table_deletion_protection is True
+
+
+def test_a_bad_chat_value_fails_as_a_context_value_does() -> None:
+    config = parse(
+        {"region": "us-west-2", "clusters": "all", "webhooks": ["https://user:pw@hooks.example.com/"]},
+        Path("deploy.toml"),
+    )
+    base = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
+    context = dict(arg.split("=", 1) for arg in config.cdk_context_args(base)[1::2])
+    with pytest.raises(ConfigError, match="webhooks: a URL with credentials"):
+        HyperPodDhcProps.from_context(cdk.Stack(cdk.App(context=context), "Probe"))
 
 
 # --- the preflight ------------------------------------------------------------------------------------------

@@ -18,8 +18,8 @@ from infra.controller_config import NOTIFICATION_EMAIL_KEY
 from infra.controller_functions import FUNCTIONS
 from infra.operations_dashboard import BAD_INPUT_METRICS, RECOVERY_METRICS
 from infra.operator_api import ROUTES, openapi_routes
-from infra.stack import HyperPodDhcStack
 from tests.harness import synth
+from tests.infra.stacks import controller_stack
 from tests.infra.test_stack import as_list, function_statements, functions, render, resources
 
 # What the Api handler's module needs in its environment to be imported (it builds its dependencies then).
@@ -62,7 +62,7 @@ def method_paths(template_json: dict[str, Any]) -> dict[tuple[str, str], dict[st
 
 
 def synth_with(context: dict[str, Any]) -> dict[str, Any]:
-    return Template.from_stack(HyperPodDhcStack(synth.app(context), synth.STACK_ID)).to_json()
+    return Template.from_stack(controller_stack(synth.app(context))).to_json()
 
 
 # ---------------------------------------------------------------- operator API
@@ -192,7 +192,7 @@ def test_email_subscription_when_the_context_key_is_set() -> None:
 @pytest.mark.parametrize("bad", ["oncall", "oncall@example", "on call@example.com", "a@b@example.com", 42])
 def test_bad_notification_email_fails_synth_naming_the_key(bad: Any) -> None:
     with pytest.raises(ConfigError, match=re.escape(NOTIFICATION_EMAIL_KEY)):
-        HyperPodDhcStack(synth.app({NOTIFICATION_EMAIL_KEY: bad}), synth.STACK_ID)
+        controller_stack(synth.app({NOTIFICATION_EMAIL_KEY: bad}))
 
 
 # ---------------------------------------------------------------- dashboard and alarms

@@ -1,22 +1,46 @@
-"""What ships where: functions/ holds the Lambda code (deephealth, the CDK asset) and the operator CLI (hpdhc,
-the wheel), nothing else; the asset leaves the CLI out; the CLI imports nothing of the Lambda code or the
-checkout. The wheel itself, installed in a fresh venv, is tested in tests/simulation/test_operator_cli.py."""
+"""What ships where: functions/ holds the Lambda code (deephealth, the CDK asset) and the operator CLI (hpdhc),
+nothing else; the asset is deephealth alone; the CLI imports nothing of the Lambda code or the checkout. The wheel
+carries the CLI, the construct (infra) and the Lambda code it deploys, with what infra reads of a checkout; without
+the `cdk` extra it needs boto3 alone. The CLI installed from the wheel in a fresh venv is tested in
+tests/simulation/test_operator_cli.py."""
 
 from __future__ import annotations
 
 import ast
+import os
+import re
+import shutil
+import subprocess
 import sys
+import tomllib
+import zipfile
 from pathlib import Path
 
 import aws_cdk as cdk
+import pytest
 
-from infra.controller_config import ASSET_EXCLUDE, FUNCTIONS_DIR
-from infra.stack import HyperPodDhcStack
+from infra.controller_config import ASSET_EXCLUDE, FUNCTIONS_DIR, REPO_ROOT
+from infra.controller_functions import LAMBDA_EXTRA, PYPROJECT, lambda_requirements
+from infra.operator_api import OPENAPI_DOCUMENT
 
 # hpdhc speaks the API's JSON with boto3's SigV4 and the standard library, and reaches the twin of a checkout
 # only from inside `simulate` (a lazy import: outside a checkout it says so and exits 2).
 CLI_IMPORTS = {"boto3", "botocore", "hpdhc"}
 CLI_LAZY_IMPORTS = {("cli.py", "simulate"): {"tests"}}
+# What the wheel's build reads: the packages and pyproject.toml.
+BUILD_SOURCES = ("functions", "infra", "pyproject.toml")
+PROJECT = tomllib.loads(PYPROJECT.read_text())
+
+
+def dependency_group(name: str) -> list[str]:
+    """A PEP 735 group's requirements, ``include-group`` entries expanded."""
+    out: list[str] = []
+    for entry in PROJECT["dependency-groups"][name]:
+        out += dependency_group(entry["include-group"]) if isinstance(entry, dict) else [entry]
+    return out
+
+
+BYTECODE = re.compile(r"(^|/)__pycache__/|\.pyc$")
 
 
 def test_functions_holds_exactly_the_lambda_code_and_the_operator_cli() -> None:
@@ -27,13 +51,93 @@ def test_functions_holds_exactly_the_lambda_code_and_the_operator_cli() -> None:
     assert "hpdhc" in ASSET_EXCLUDE
 
 
-def test_the_lambda_asset_is_deephealth_without_the_cli_or_bytecode(stack: HyperPodDhcStack) -> None:
+def test_the_lambda_asset_is_deephealth_without_the_cli_or_bytecode(stack: cdk.Stack) -> None:
     outdir = Path(cdk.Stage.of(stack).asset_outdir)
     (asset,) = [p for p in outdir.glob("asset.*") if (p / "deephealth").is_dir()]
     assert {p.name for p in asset.iterdir()} == {"deephealth"}
     shipped = {p.relative_to(asset) for p in asset.rglob("*")}
     assert not [p for p in shipped if "hpdhc" in p.parts or "__pycache__" in p.parts or p.suffix == ".pyc"]
     assert Path("deephealth/handlers/api.py") in shipped
+
+
+def test_a_checkout_reads_the_pins_and_routes_where_they_are_written() -> None:
+    assert OPENAPI_DOCUMENT == REPO_ROOT / "infra" / "openapi.json"
+    assert lambda_requirements() == PROJECT["project"]["optional-dependencies"][LAMBDA_EXTRA]
+
+
+def _requirements(entries: list[str]) -> dict[str, str]:
+    """name -> version specifier of requirements without markers or extras."""
+    found = [re.fullmatch(r"([A-Za-z0-9_.-]+)\s*([<>=!~][^;\[]*)", entry) for entry in entries]
+    return {m[1].lower(): m[2].replace(" ", "") for m in found if m}
+
+
+def test_the_cdk_extra_needs_at_least_what_the_tests_run() -> None:
+    """Floors (an app has its own aws-cdk-lib), each the dev group's pin: the version the template is tested with."""
+    extra = _requirements(PROJECT["project"]["optional-dependencies"]["cdk"])
+    dev = _requirements(dependency_group("dev") + PROJECT["project"]["optional-dependencies"][LAMBDA_EXTRA])
+    assert set(extra) == {"aws-cdk-lib", "constructs", "cdk-nag", "pydantic"}
+    for name, spec in extra.items():
+        floor, ceiling = re.fullmatch(r">=([^,]+),<(\d+)", spec).groups()  # type: ignore[union-attr]
+        assert dev[name] == f"=={floor}", f"{name}: the extra's floor {floor} is not the dev pin {dev[name]}"
+        assert int(ceiling) == int(floor.split(".")[0]) + 1, f"{name}: below the next major version"
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
+    """The wheel `pip wheel` builds, from a copy of its sources (setuptools writes build/ and *.egg-info beside
+    them); setuptools comes from pip's configured index, as in `make install`."""
+    tmp = tmp_path_factory.mktemp("wheel")
+    source, dist = tmp / "source", tmp / "dist"
+    for part in BUILD_SOURCES:
+        if (REPO_ROOT / part).is_dir():
+            ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
+            shutil.copytree(REPO_ROOT / part, source / part, ignore=ignore)
+        else:
+            (source / part).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(REPO_ROOT / part, source / part)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
+    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(dist), str(source)], env=env, check=True)
+    (built,) = dist.glob("hyperpod_dhc-*.whl")
+    return zipfile.ZipFile(built)
+
+
+def test_the_wheel_carries_the_cli_the_construct_and_the_lambda_code_it_deploys(wheel: zipfile.ZipFile) -> None:
+    names = set(wheel.namelist())
+    (dist_info,) = {n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info")}
+    assert {n.split("/")[0] for n in names} == {"hpdhc", "infra", "deephealth", dist_info}
+    assert not [n for n in names if BYTECODE.search(n)]
+    for package in ("deephealth", "hpdhc"):  # exactly the checkout's files
+        checkout = {
+            p.relative_to(FUNCTIONS_DIR).as_posix()
+            for p in (FUNCTIONS_DIR / package).rglob("*")
+            if p.is_file() and not BYTECODE.search(p.as_posix())
+        }
+        assert {n for n in names if n.startswith(f"{package}/")} == checkout
+    assert {"infra/hyperpod_dhc.py", "infra/app.py", "infra/statemachines/check_round.asl.json"} <= names
+
+
+def test_the_wheel_ships_what_infra_reads(wheel: zipfile.ZipFile) -> None:
+    """The API's routes (infra/openapi.json) and the example deploy file as package data; the layer's pins as the
+    `lambda` extra of its metadata, which an installed infra reads back exactly as a checkout reads pyproject's."""
+    assert wheel.read("infra/openapi.json") == OPENAPI_DOCUMENT.read_bytes()
+    assert "infra/deploy.example.toml" in wheel.namelist()
+    (metadata,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+    requires = [
+        line.removeprefix("Requires-Dist: ").split(";")[0].strip()
+        for line in wheel.read(metadata).decode().splitlines()
+        if line.startswith("Requires-Dist:") and f'extra == "{LAMBDA_EXTRA}"' in line
+    ]
+    assert requires == lambda_requirements()
+
+
+def test_the_wheel_needs_boto3_alone_without_the_cdk_extra(wheel: zipfile.ZipFile) -> None:
+    """The operator CLI installs on the cluster's Python 3.10 with boto3 and nothing else."""
+    (metadata,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+    lines = wheel.read(metadata).decode().splitlines()
+    requires = [line.removeprefix("Requires-Dist: ") for line in lines if line.startswith("Requires-Dist:")]
+    assert [r for r in requires if "extra ==" not in r] == ["boto3>=1.40"]
+    assert "Provides-Extra: cdk" in lines and "Requires-Python: >=3.10" in lines
 
 
 def _imports(tree: ast.AST) -> list[tuple[ast.AST, str]]:

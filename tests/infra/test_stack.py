@@ -19,9 +19,9 @@ from infra.controller_config import read_deletion_protection
 from infra.controller_functions import FUNCTIONS, PYTHON_VERSION, compile_bytecode, runtime_python
 from infra.nodes_table import NodesTable
 from infra.round_workflow import DEFINITION_FILE
-from infra.stack import HyperPodDhcStack
 from tests.harness import synth
 from tests.harness.asl import construct_id, round_definition, round_task_functions
+from tests.infra.stacks import controller_stack
 
 CLUSTERS = "arn:<AWS::Partition>:sagemaker:<AWS::Region>:<AWS::AccountId>:cluster/*"
 CHECK_LOGS = "arn:<AWS::Partition>:logs:<AWS::Region>:<AWS::AccountId>:log-group:/aws/sagemaker/Clusters/*"
@@ -375,7 +375,7 @@ def test_config_parameter_holds_the_validated_json(template_json: dict[str, Any]
 def test_invalid_config_fails_synth_naming_the_key(config: dict[str, Any], named: str) -> None:
     app = synth.app({"hyperpod-dhc": {**synth.cdk_context()["hyperpod-dhc"], **config}})
     with pytest.raises(ConfigError, match=re.escape(named)):
-        HyperPodDhcStack(app, synth.STACK_ID)
+        controller_stack(app)
 
 
 # ---------------------------------------------------------------- IAM

@@ -16,4 +16,4 @@ def test_committed_openapi_document_matches_the_routes():
         from deephealth.handlers.api import openapi_json
 
         generated = openapi_json()
-    assert (REPO_ROOT / "docs" / "openapi.json").read_text() == generated, "run `make openapi`"
+    assert (REPO_ROOT / "infra" / "openapi.json").read_text() == generated, "run `make openapi`"

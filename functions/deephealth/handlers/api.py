@@ -211,7 +211,7 @@ def _error(status: int, message: str) -> Response[dict[str, Any]]:
 
 
 def openapi_json() -> str:
-    """The OpenAPI document of this API (committed as docs/openapi.json; `make openapi` rewrites it)."""
+    """The OpenAPI document of this API (committed as infra/openapi.json; `make openapi` rewrites it)."""
     return app.get_openapi_json_schema(title=OPENAPI_TITLE, version=OPENAPI_VERSION) + "\n"
 
 

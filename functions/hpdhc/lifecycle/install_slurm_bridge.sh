@@ -171,7 +171,7 @@ import sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as wheel:
     metadata = next(name for name in wheel.namelist() if name.endswith(".dist-info/METADATA"))
     requires = [line.split(":", 1)[1].strip() for line in wheel.read(metadata).decode().splitlines()
-                if line.startswith("Requires-Dist:")]
+                if line.startswith("Requires-Dist:") and "extra ==" not in line]  # extras are not installed
 print(", ".join(requires) or "nothing")
 EOF
 }
