@@ -10,18 +10,18 @@ DEV_PTH := hyperpod-dhc-dev.pth
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_DEFAULT_REGION ?= us-east-1
 
-.PHONY: install oldest-python slurm test lint unit integration infra simulation bridge synth plan deploy destroy demo bench bench-slurm coldstart faults fidelity openapi clean
+.PHONY: install oldest-python slurm test lint unit integration infra simulation bridge synth plan deploy destroy deploy-moto demo bench bench-slurm coldstart faults fidelity openapi clean
 
-# The dev venv: the pinned stack (`dev` group), the operator CLI `hpdhc` as an operator gets it (editable: its
+# The dev venv: the pinned stack (`dev` group and `lambda` extra), the operator CLI `hpdhc` as an operator gets it (editable: its
 # one dependency, boto3, is already in the group), and a .pth putting the repository root and functions/ on the
 # venv's path, so `python -m infra.app`, `python -m tests.twin`, `python -m tests.bench.run` and
 # `hpdhc simulate` work from $(VENV) without packaging the Lambda code, the CDK app or the tests.
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check -U 'pip>=25.1'
-	$(PY) -m pip install -q --disable-pip-version-check --group dev
-	$(PY) -m pip install -q --disable-pip-version-check -e .
-	rm -rf functions/*.egg-info  # setuptools' build leftover beside hpdhc/: functions/ is also the Lambda asset
+	# One resolve: the dev group, hpdhc (editable) and the `lambda` extra (the functions' run-time pins, the layer's).
+	$(PY) -m pip install -q --disable-pip-version-check --group dev -e ".[lambda]"
+	rm -rf hyperpod_dhc.egg-info functions/*.egg-info  # setuptools' build leftovers (functions/ is also the Lambda asset)
 	$(PY) -c 'import pathlib, sys, sysconfig; pathlib.Path(sysconfig.get_path("purelib"), "$(DEV_PTH)").write_text("".join(p + "\n" for p in sys.argv[1:]))' "$(CURDIR)" "$(CURDIR)/functions"
 	touch $@
 
@@ -56,7 +56,7 @@ $(OLDEST_VENV)/.installed: pyproject.toml Makefile
 	$(OLDEST_PY) -m pip install -q --disable-pip-version-check -U 'pip>=25.1'; \
 	$(OLDEST_PY) -m pip install -q --disable-pip-version-check --group bridge-tests; \
 	$(OLDEST_PY) -m pip install -q --disable-pip-version-check .; \
-	rm -rf build functions/*.egg-info; \
+	rm -rf build hyperpod_dhc.egg-info functions/*.egg-info; \
 	touch $@
 
 # A real Slurm for tests/bridge/test_real_slurm.py: Debian's packages, installed only by root with apt-get.
@@ -101,8 +101,9 @@ bridge: install
 	@py=$(PY); [ ! -f $(OLDEST_VENV)/.installed ] || py=$(OLDEST_PY); set -x; $$py -m pytest tests/bridge -p no:cacheprovider
 
 # The digital twin: the real handlers and the synthesized workflow against a simulated cluster.
+# ARGS="--timeline demo-timeline.html": also write the run as one HTML page (nodes by group against time).
 demo: install
-	$(VENV)/bin/hpdhc simulate --scenario tests/scenarios/demo.json
+	$(VENV)/bin/hpdhc simulate --scenario tests/scenarios/demo.json $(ARGS)
 
 # Our controller against the latency floor, a naive per-node controller and HyperPod's on-start checks alone, on
 # the twin, side by side (docs/BENCHMARKS.md); ARGS="--scenario bench-128", "--controllers all", "--json",
@@ -129,10 +130,10 @@ faults: install
 fidelity: install
 	$(PY) -m tests.twin.fidelity --jobs 2 $(ARGS)
 
-# Rewrites docs/openapi.json from the Api handler's routes (tests fail while it is stale).
+# Rewrites infra/openapi.json from the Api handler's routes (tests fail while it is stale).
 openapi: install
 	TABLE_NAME=- CONFIG_PARAMETER_NAME=- ROUND_STATE_MACHINE_ARN=arn:aws:states:us-east-1:123456789012:stateMachine:- \
-	  $(PY) -c "from deephealth.handlers.api import openapi_json; print(openapi_json(), end='')" > docs/openapi.json
+	  $(PY) -c "from deephealth.handlers.api import openapi_json; print(openapi_json(), end='')" > infra/openapi.json
 
 # Synthesizes offline (no AWS account): the dependency layer is built by local pip, not Docker.
 synth: install
@@ -146,6 +147,11 @@ synth: install
 CONFIG ?= deploy.toml
 plan deploy destroy: $(VENV)/.installed $(CDK)  # not `install`: deploying needs no Slurm nor Python 3.10
 	$(PY) -m infra.deploy $@ --config $(CONFIG) --cdk $(CDK) $(ARGS)
+
+# `make deploy`'s whole path (preflight, bootstrap, synth, asset publishing, change set, update, destroy) against
+# moto's server standing in for AWS, through AWS_ENDPOINT_URL; each step checked with boto3 (tests/deploy).
+deploy-moto: $(VENV)/.installed $(CDK)
+	$(PY) -m tests.deploy $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(OLDEST_VENV) cdk.out .pytest_cache .ruff_cache *.egg-info functions/*.egg-info build
