@@ -60,8 +60,10 @@ class Preflight:
     clusters: tuple[ClusterFacts, ...]
 
 
-def preflight(config: DeployConfig, session: boto3.Session) -> Preflight:
-    """The checks, in order; raises PreflightError at the first that fails. Calls STS, SSM and SageMaker only."""
+def preflight(config: DeployConfig, session: boto3.Session, *, destroying: bool = False) -> Preflight:
+    """The checks, in order; raises PreflightError at the first that fails. Calls STS, SSM and SageMaker only.
+
+    ``destroying``: the region and the credentials only (a stack outlives the clusters it watched)."""
     region = config.region
     known = session.get_available_regions("sagemaker")
     if region not in known:
@@ -73,20 +75,32 @@ def preflight(config: DeployConfig, session: boto3.Session) -> Preflight:
     except (ClientError, BotoCoreError) as err:
         raise PreflightError(f"the credentials do not work: {_reason(err)}") from None
     account = identity["Account"]
+    if destroying:
+        return Preflight(account=account, caller=identity["Arn"], region=region, bootstrap_version=0, clusters=())
     sagemaker = session.client("sagemaker", region_name=region)
     try:
         listed = _list_clusters(sagemaker)
     except (ClientError, BotoCoreError) as err:
         raise PreflightError(f"HyperPod's API does not answer in {region}: {_reason(err)}") from None
     version = _bootstrap_version(session.client("ssm", region_name=region), account, region)
+    every = config.clusters is None
     names = config.clusters if config.clusters is not None else tuple(listed)
+    clusters = tuple(_slurm_cluster(sagemaker, name, region, every=every) for name in names)
+    _isolating_groups_exist(config, clusters)
     return Preflight(
-        account=account,
-        caller=identity["Arn"],
-        region=region,
-        bootstrap_version=version,
-        clusters=tuple(_slurm_cluster(sagemaker, name, region) for name in names),
+        account=account, caller=identity["Arn"], region=region, bootstrap_version=version, clusters=clusters
     )
+
+
+def _isolating_groups_exist(config: DeployConfig, clusters: tuple[ClusterFacts, ...]) -> None:
+    """Every isolating group names an instance group of a watched cluster: a typo would leave every group undrained
+    (the list is exact: the groups it leaves out are not drained)."""
+    groups = {(cluster.name, group) for cluster in clusters for group, _, _ in cluster.groups}
+    for entry in config.isolating_groups or ():
+        cluster, _, group = entry.rpartition("/")
+        if not any((cluster or name, group) == (name, known) for name, known in groups):
+            where = f"cluster {cluster}" if cluster else "any watched cluster"
+            raise PreflightError(f'isolating_groups: "{entry}" is not an instance group of {where}')
 
 
 def _list_clusters(sagemaker: Any) -> list[str]:
@@ -112,7 +126,7 @@ def _bootstrap_version(ssm: Any, account: str, region: str) -> int:
     return int(value)
 
 
-def _slurm_cluster(sagemaker: Any, name: str, region: str) -> ClusterFacts:
+def _slurm_cluster(sagemaker: Any, name: str, region: str, *, every: bool = False) -> ClusterFacts:
     try:
         cluster = sagemaker.describe_cluster(ClusterName=name)
     except ClientError as err:
@@ -123,9 +137,10 @@ def _slurm_cluster(sagemaker: Any, name: str, region: str) -> ClusterFacts:
     # orchestrator this code does not know, is refused: the controller drives Slurm clusters only.
     orchestrator = set(cluster.get("Orchestrator") or {})
     if not orchestrator <= {"Slurm"}:
+        hint = ' (clusters = "all" would watch it: name the Slurm clusters instead)' if every else ""
         raise PreflightError(
             f"cluster {name} is orchestrated by {', '.join(sorted(orchestrator))}, not Slurm: hyperpod-dhc "
-            "drives Slurm clusters only"
+            f"drives Slurm clusters only{hint}"
         )
     groups = tuple(
         (group.get("InstanceGroupName", "?"), group.get("InstanceType", "?"), int(group.get("CurrentCount", 0)))
@@ -168,7 +183,12 @@ def plan_text(config: DeployConfig, facts: Preflight, template: dict[str, Any], 
         + (f" (now {existing})" if existing else "")
         + f", as {facts.caller}",
         f"  CDK bootstrap version {facts.bootstrap_version}",
-        "  clusters:" + (" every Slurm cluster in the region, present and future" if config.clusters is None else ""),
+        "  clusters:"
+        + (
+            " every cluster in the region, present and future (name them to leave one out)"
+            if config.clusters is None
+            else ""
+        ),
     ]
     for cluster in facts.clusters:
         groups = ", ".join(f"{g} ({count} x {kind})" for g, kind, count in cluster.groups) or "no instance groups"
@@ -233,39 +253,54 @@ def main(argv: Sequence[str] | None = None, *, session_factory: Callable[[], bot
     parser.add_argument("--output", type=Path, help="the cloud assembly directory (default: a temporary one)")
     args = parser.parse_args(argv)
     name = f"make {args.action}"
+    out = args.output or Path(tempfile.mkdtemp(prefix="hyperpod-dhc-assembly-"))
     try:
-        config = load(args.config)
-        session = session_factory()
-        facts = preflight(config, session)
-        out = args.output or Path(tempfile.mkdtemp(prefix="hyperpod-dhc-assembly-"))
-        template_path = synthesize(config, facts, args.cdk, out)
-        needed = required_bootstrap(out)
-        if facts.bootstrap_version < needed:
-            raise PreflightError(
-                f"the stack needs CDK bootstrap version {needed}+, the account has {facts.bootstrap_version}"
-            )
-        existing = existing_stack(session, config.region)
-        print(plan_text(config, facts, json.loads(template_path.read_text()), existing), flush=True)
-        if args.action == "plan":
-            return 0
-        if args.action == "destroy":
-            if existing is None:
-                print(f"{name}: no stack {STACK_NAME} in {facts.region}: nothing to destroy")
-                return 0
-            print(f"{name}: the nodes table is retained (RemovalPolicy RETAIN): delete it by hand if it must go")
-            command = [str(args.cdk), "destroy", "--app", str(out), STACK_NAME, *(["--force"] if args.yes else [])]
-        else:
-            command = [
-                str(args.cdk), "deploy", "--app", str(out), STACK_NAME,
-                "--require-approval", "never" if args.yes else "broadening",
-            ]  # fmt: skip
-        _run(command, _cdk_env(facts), what=f"cdk {args.action}")
-        if args.output is None:
-            shutil.rmtree(out, ignore_errors=True)
-        return 0
+        return _act(args, load(args.config), session_factory(), out)
     except (DeployConfigError, PreflightError) as err:
         print(f"{name}: {err}", file=sys.stderr)
         return 1
+    except (ClientError, BotoCoreError) as err:
+        print(f"{name}: AWS refused: {_reason(err)}", file=sys.stderr)
+        return 1
+    finally:
+        if args.output is None:
+            shutil.rmtree(out, ignore_errors=True)
+
+
+def _act(args: argparse.Namespace, config: DeployConfig, session: boto3.Session, out: Path) -> int:
+    name = f"make {args.action}"
+    destroying = args.action == "destroy"
+    facts = preflight(config, session, destroying=destroying)
+    if destroying:
+        existing = existing_stack(session, config.region)
+        if existing is None:
+            print(f"{name}: no stack {STACK_NAME} in {facts.account}/{facts.region}: nothing to destroy")
+            return 0
+        print(f"Destroy stack {STACK_NAME} in {facts.account}/{facts.region} (now {existing}), as {facts.caller}")
+        print("  the nodes table is retained (RemovalPolicy RETAIN): delete it by hand if it must go", flush=True)
+        synthesize(config, facts, args.cdk, out)  # `cdk destroy` finds the stack in an assembly
+        _run(
+            [str(args.cdk), "destroy", "--app", str(out), STACK_NAME, *(["--force"] if args.yes else [])],
+            _cdk_env(facts),
+            what="cdk destroy",
+        )
+        return 0
+    template_path = synthesize(config, facts, args.cdk, out)
+    needed = required_bootstrap(out)
+    if facts.bootstrap_version < needed:
+        raise PreflightError(
+            f"the stack needs CDK bootstrap version {needed}+, the account has {facts.bootstrap_version}"
+        )
+    existing = existing_stack(session, config.region)
+    print(plan_text(config, facts, json.loads(template_path.read_text()), existing), flush=True)
+    if args.action == "plan":
+        return 0
+    command = [
+        str(args.cdk), "deploy", "--app", str(out), STACK_NAME,
+        "--require-approval", "never" if args.yes else "broadening",
+    ]  # fmt: skip
+    _run(command, _cdk_env(facts), what="cdk deploy")
+    return 0
 
 
 if __name__ == "__main__":

@@ -151,6 +151,8 @@ def parse(raw: Mapping[str, Any], path: Path) -> DeployConfig:
         raise fail("policy", "must be a table of controller configuration (docs/CONFIGURATION.md)")
     if "clusters" in policy:
         raise fail("policy.clusters", "set clusters at the top level")
+    if isolating is not None and _sets_isolation(policy):
+        raise fail("policy", "sets isolate_until_checked beside isolating_groups: say it in one place")
     channels = {name: _channel(raw, name, fail) for name in _CHANNELS}
     principals = {name: _principals(raw, name, fail) for name in _PRINCIPAL_MAPS}
     return DeployConfig(
@@ -191,6 +193,12 @@ def _principals(
     ):
         raise fail(name, f'must be a table of cluster name (or "*") = [role ARN patterns], got {value!r}')
     return {cluster: tuple(arns) for cluster, arns in value.items()}
+
+
+def _sets_isolation(policy: Mapping[str, Any]) -> bool:
+    groups = policy.get("groups")
+    tables = [policy.get("defaults"), *(groups.values() if isinstance(groups, dict) else ())]
+    return any(isinstance(table, dict) and "isolate_until_checked" in table for table in tables)
 
 
 def _merge(into: dict[str, Any], over: Mapping[str, Any]) -> None:

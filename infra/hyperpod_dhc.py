@@ -88,6 +88,10 @@ class HyperPodDhcProps:
                 f"{_named('config')} must be a ControllerConfig (parse_config of the hyperpod-dhc mapping), "
                 f"got {type(self.config).__name__}"
             )
+        for name, kind in (("slack", SlackChannel), ("teams", TeamsChannel)):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, kind):
+                raise ConfigError(f"{_named(name)} must be a {kind.__name__} or None, got {type(value).__name__}")
         checked = {
             "table_deletion_protection": deletion_protection(
                 self.table_deletion_protection, _named("table_deletion_protection")

@@ -6,7 +6,7 @@ FILE` makes the same documents from the twin's records. From each document:
 
 - segments: each history entry's state, mapped onto `STATES`, starts a segment that lasts until an entry with
   another state (the last one until the end of the picture); the entries' reasons, the controller's decision
-  lines, are what hovering the segment shows. `recovery_due` is `drained` (failed and out of Slurm, its recovery
+  lines, are what hovering the segment shows. `recovery_due` is `recovery-due` (failed, its recovery
   due) or `held` (its recovery held by the breaker, a capacity hold or a budget: the reason says `... held: ...`);
 - marks: the node's reboots and replacements (`actions`), by the controller or by HyperPod, each with the lines
   that led to it;
@@ -29,14 +29,14 @@ from typing import Any, Literal
 FORMAT_VERSION = 1
 # Every state a segment may have, in the legend's order; `unknown` is a controller state this client does not know.
 STATES: tuple[str, ...] = (
-    "waiting", "in-check", "drained", "held", "recovering", "passed", "failed", "quarantined", "inconclusive",
+    "waiting", "in-check", "recovery-due", "held", "recovering", "passed", "failed", "quarantined", "inconclusive",
     "gone", "shadowed", "unknown",
 )  # fmt: skip
 VERDICT_STATES = frozenset({"passed", "failed", "quarantined", "inconclusive", "shadowed"})
 STATE_OF = {
     "pending": "waiting",
     "checking": "in-check",
-    "recovery_due": "drained",
+    "recovery_due": "recovery-due",
     "recovering": "recovering",
     "passed": "passed",
     "failed": "failed",
@@ -133,7 +133,7 @@ class Timeline:
 def state_of(entry: Json) -> str:
     """A history entry's state on the picture."""
     state = STATE_OF.get(str(entry.get("state")), "unknown")
-    if state == "drained" and HELD in str(entry.get("reason", "")):
+    if state == "recovery-due" and HELD in str(entry.get("reason", "")):
         return "held"
     return state
 
@@ -209,7 +209,7 @@ def _node(doc: Json, end: float) -> Node:
     if node.segments:
         last = node.segments[-1]
         last.end = max(last.end, last.start)
-        if last.state == "drained" and doc.get("held_by"):
+        if last.state == "recovery-due" and doc.get("held_by"):
             last.state = "held"
     for action in doc.get("actions") or []:
         node.marks.append(_mark(action, history))

@@ -21,7 +21,7 @@ from hpdhc.timeline import ROUND_ID, STATES, VERDICT_STATES, Json, Node, Segment
 LEGEND = {
     "waiting": "waiting for a round",
     "in-check": "in a deep health check",
-    "drained": "failed, drained: recovery due",
+    "recovery-due": "failed: recovery due",
     "held": "failed, recovery held",
     "recovering": "rebooting / being replaced",
     "passed": "passed",
@@ -32,11 +32,11 @@ LEGEND = {
     "shadowed": "dry-run verdict",
     "unknown": "state unknown to hpdhc",
 }
-# Okabe & Ito's colour-blind-safe palette, plus greys; `held` is `drained` hatched.
+# Okabe & Ito's colour-blind-safe palette, plus greys; `held` is `recovery-due` hatched.
 COLOURS = {
     "waiting": "#c8c8c8",
     "in-check": "#56b4e9",
-    "drained": "#e69f00",
+    "recovery-due": "#e69f00",
     "held": "url(#hatch-held)",
     "recovering": "#cc79a7",
     "passed": "#009e73",
@@ -165,7 +165,7 @@ def _segment_title(page: _Page, node: Node, s: Segment, last: bool) -> str:
         f"{s.state}: {page.when(s.start)} to {page.when(s.end)} ({duration(s.end - s.start)})"
     )
     lines = [f"{page.when(line.at)}  {line.text}" for line in s.lines]
-    if last and s.state in VERDICT_STATES | {"drained", "held"} and node.evidence:
+    if last and s.state in VERDICT_STATES | {"recovery-due", "held"} and node.evidence:
         lines += ["evidence: " + e for e in node.evidence]
     return head + "\n" + "\n".join(lines)
 

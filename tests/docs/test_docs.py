@@ -258,3 +258,18 @@ def test_the_checks_fail_closed():
         check_command(command)
     with pytest.raises(AssertionError):
         check_link(README, "docs/SAFETY.md#no-such-heading")
+
+
+def test_the_readme_python_synthesizes_the_construct(tmp_path, monkeypatch):
+    """The README's ```python block (the construct in an app of one's own) runs as shown and synthesizes a stack
+    (into tmp_path, layer bundling skipped as in the infra tests: what the CDK CLI would pass the app)."""
+    import aws_cdk
+
+    (code,) = [lines for tag, lines in fenced_blocks(README.read_text()) if tag == "python"]
+    app = aws_cdk.App
+    monkeypatch.setattr(
+        aws_cdk, "App", lambda **kw: app(outdir=str(tmp_path), context={"aws:cdk:bundling-stacks": []}, **kw)
+    )
+    exec(compile("\n".join(code), "README.md", "exec"), {"__name__": "readme"})
+    template = (tmp_path / "HyperPodDhc.template.json").read_text()
+    assert '"AWS::StepFunctions::StateMachine"' in template and "oncall@example.com" in template

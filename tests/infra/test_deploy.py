@@ -14,6 +14,7 @@ from typing import Any
 import aws_cdk as cdk
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 from moto import mock_aws
 
 from infra import deploy
@@ -61,6 +62,11 @@ def test_the_example_file_loads_as_the_readme_shows_it() -> None:
         ('region = "us-west-2"\nclusters = "all"\n[breaker_resetters]\nprod = "arn"\n', "breaker_resetters: must"),
         ('region = "us-west-2"\nclusters = "all"\n[policy]\nclusters = "all"\n', "policy.clusters"),
         ('region = "us-west-2"\nclusters = ["a"\n', "not valid TOML"),
+        (
+            'region = "us-west-2"\nclusters = "all"\nisolating_groups = ["g"]\n'
+            "[policy.groups.h]\nisolate_until_checked = true\n",
+            "policy: sets isolate_until_checked beside isolating_groups",
+        ),
     ],
 )
 def test_a_bad_file_stops_with_one_line_naming_the_key(tmp_path: Path, text: str, names: str) -> None:
@@ -205,7 +211,21 @@ def test_a_ready_account_passes_every_check(aws: dict[str, int]) -> None:
         ),
         ("ready", 'region = "us-west-2"\nclusters = ["nope"]\n', "cluster nope is not a HyperPod cluster in us-west-2"),
         ("eks", 'region = "us-west-2"\nclusters = ["ml-cluster"]\n', "orchestrated by Eks, not Slurm"),
-        ("unknown-orchestrator", 'region = "us-west-2"\nclusters = "all"\n', "orchestrated by Nomad, not Slurm"),
+        (
+            "unknown-orchestrator",
+            'region = "us-west-2"\nclusters = "all"\n',
+            'Slurm clusters only (clusters = "all" would',
+        ),
+        (
+            "ready",
+            'region = "us-west-2"\nclusters = ["ml-cluster"]\nisolating_groups = ["ml-cluster/gpu-workrs"]\n',
+            'isolating_groups: "ml-cluster/gpu-workrs" is not an instance group of cluster ml-cluster',
+        ),
+        (
+            "ready",
+            'region = "us-west-2"\nclusters = "all"\nisolating_groups = ["cpu-workers"]\n',
+            'isolating_groups: "cpu-workers" is not an instance group of any watched cluster',
+        ),
     ],
 )
 def test_a_check_that_fails_stops_with_one_line_before_any_cloudformation_call(
@@ -234,6 +254,43 @@ def test_no_credentials_stop_before_any_call(
     code, err = _main(_config(tmp_path, 'region = "us-west-2"\nclusters = "all"\n'), _session(calls), capsys)
     assert (code, calls["cloudformation"]) == (1, 0)
     assert "make plan: no AWS credentials" in err
+
+
+def test_the_isolating_groups_named_exist(aws: dict[str, int]) -> None:
+    _bootstrap()
+    _cluster()
+    config = parse(
+        {"region": "us-west-2", "clusters": "all", "isolating_groups": ["gpu-workers", "ml-cluster/gpu-workers"]},
+        Path("deploy.toml"),
+    )
+    assert deploy.preflight(config, _session(aws)).clusters[0].name == "ml-cluster"
+
+
+def test_destroy_checks_only_credentials_and_region_a_stack_outlives_its_clusters(
+    aws: dict[str, int], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Not bootstrapped, the cluster gone, no stack: nothing to destroy, and nothing synthesized (no CDK CLI)."""
+    config = _config(tmp_path, 'region = "us-west-2"\nclusters = ["gone"]\n')
+    code = deploy.main(
+        ["destroy", "--config", str(config), "--cdk", "/nonexistent/cdk"], session_factory=lambda: _session(aws)
+    )
+    assert code == 0
+    assert "make destroy: no stack HyperPodDhc in 123456789012/us-west-2: nothing to destroy" in capsys.readouterr().out
+
+
+def test_an_aws_error_is_one_line(aws: dict[str, int], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    session = _session(aws)
+
+    def refuse(**_: Any) -> None:
+        raise ClientError({"Error": {"Code": "AccessDenied", "Message": "not you"}}, "GetParameter")
+
+    session.events.register("before-call.ssm.GetParameter", refuse)
+    code, err = _main(_config(tmp_path, 'region = "us-west-2"\nclusters = "all"\n'), session, capsys)
+    assert (
+        code == 1
+        and err
+        == f"make plan: cannot read the CDK bootstrap version ({deploy.BOOTSTRAP_PARAMETER}): AccessDenied: not you\n"
+    )
 
 
 def test_the_plan_says_where_what_and_who(aws: dict[str, int]) -> None:

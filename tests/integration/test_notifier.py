@@ -63,3 +63,16 @@ def test_a_huge_notice_is_still_published(topic):
     Notifier(arn).publish("dry-run", "c", "g", "hyperpod-dhc: dry-run would check 40000 node(s)", {"nodes": nodes})
     machine = json.loads(json.loads(received(sqs, queues["envelope"])[0])["Message"])
     assert machine["truncated"] == {"nodes": 40_000}
+
+
+def test_a_message_that_cannot_be_worded_is_still_published_as_the_machine_json(topic, monkeypatch):
+    """Rendering is for people; a bug in it must not fail the round that decided (or lose the notice)."""
+
+    def broken(*_: object) -> None:
+        raise OverflowError("cannot convert float infinity to integer")
+
+    monkeypatch.setattr("deephealth.adapters.notifications.render", broken)
+    arn, sqs, queues = topic
+    Notifier(arn).publish("node-failed", "ml-cluster", "gpu", "hyperpod-dhc: lid-1 failed", DETAIL)
+    envelope = json.loads(received(sqs, queues["envelope"])[0])
+    assert json.loads(envelope["Message"]) == {"kind": "node-failed", "cluster": "ml-cluster", "group": "gpu", **DETAIL}

@@ -8,7 +8,6 @@ import pytest
 from deephealth.domain.messages import (
     DESCRIPTION_MAX,
     KEYWORD_MAX,
-    MACHINE_PROTOCOLS,
     MESSAGE_BUDGET_BYTES,
     SUBJECT_MAX,
     SUMMARIES,
@@ -115,10 +114,9 @@ def test_every_kind_has_a_summary_and_a_case_here():
 @pytest.mark.parametrize("kind", NOTIFICATION_KINDS)
 def test_each_kind_says_what_happened_first_in_the_mail_and_the_chat_title(kind):
     _, doc = rendered(kind)
-    first = doc["default"].splitlines()[0]
+    first = doc["email"].splitlines()[0]
     assert first.startswith(FIRST_WORDS[kind]), first
     assert chat(doc)["content"]["title"] == first and chat(doc)["metadata"]["summary"] == first
-    assert doc["email"] == doc["default"]
 
 
 @pytest.mark.parametrize("kind", NOTIFICATION_KINDS)
@@ -126,20 +124,20 @@ def test_each_kind_keeps_its_machine_readable_json_for_queues_functions_and_webh
     _, detail, group = published(kind)
     _, doc = rendered(kind)
     machine = json.loads(json.dumps({"kind": kind, "cluster": CLUSTER, "group": group, **detail}, default=str))
-    for protocol in MACHINE_PROTOCOLS:
-        assert json.loads(doc[protocol]) == machine
+    assert json.loads(doc["default"]) == machine  # every protocol without a key of its own: SQS, Lambda, HTTP...
+    assert set(doc) == {"default", "email", "https"}
     context = chat(doc)["metadata"]["additionalContext"]
     assert all(isinstance(v, str) for v in context.values())  # the schema's string-to-string map
     assert (context["kind"], context["cluster"], context["group"]) == (kind, CLUSTER, group)
     assert json.loads(context["detail"]) == machine
     # The plain text ends with the same JSON, for whoever reads the mail with a script.
-    assert json.loads(doc["default"].split("\n\n", 1)[1]) == machine
+    assert json.loads(doc["email"].split("\n\n", 1)[1]) == machine
 
 
 def test_a_failure_reads_like_an_incident_line_in_the_mail():
     out, doc = rendered("node-failed")
     assert out.subject == f"hyperpod-dhc: {LID} failed its deep health check"
-    lines = doc["default"].splitlines()
+    lines = doc["email"].splitlines()
     assert lines[0] == "FAILED InstanceStress (dcgm): ip-10-1-2-3 (i-0abc123def4567890) in ml-cluster/gpu-workers"
     assert lines[1] == f"> {XID}"
     assert lines[2] == "Decision: judged failed"
@@ -175,35 +173,35 @@ def test_a_failure_is_a_chatbot_custom_notification():
 )
 def test_each_message_says_which_hpdhc_command_shows_more(kind, command):
     _, doc = rendered(kind)
-    assert command in doc["default"].split("\n\n")[0].splitlines()
+    assert command in doc["email"].split("\n\n")[0].splitlines()
     assert f"`{command}`" in chat(doc)["content"]["description"]
 
 
 def test_a_reversed_pass_and_a_replacement_by_hyperpod_say_so():
     subject, detail = node_notice("node-failed", NodeState.RECOVERY_DUE, Verdict.FAILED, from_state=NodeState.PASSED)
     _, doc = rendered("node-failed", subject, detail)
-    assert doc["default"].splitlines()[0].endswith("(its pass is reversed)")
+    assert doc["email"].splitlines()[0].endswith("(its pass is reversed)")
     _, doc = rendered("node-failed", detail={**detail, "verdict": Verdict.REPLACED_BY_HYPERPOD})
-    assert doc["default"].startswith("REPLACED BY HYPERPOD in its InstanceStress (dcgm): ip-10-1-2-3")
+    assert doc["email"].startswith("REPLACED BY HYPERPOD in its InstanceStress (dcgm): ip-10-1-2-3")
 
 
 def test_a_node_without_a_hostname_is_named_by_its_key_and_instance():
     subject, detail = NODE["node-inconclusive"]()
     _, doc = rendered("node-inconclusive", subject, {**detail, "hostname": None})
-    assert doc["default"].startswith(f"INCONCLUSIVE InstanceStress: {LID} ({IID}) in ml-cluster/gpu-workers")
+    assert doc["email"].startswith(f"INCONCLUSIVE InstanceStress: {LID} ({IID}) in ml-cluster/gpu-workers")
 
 
 def test_the_other_shapes_of_a_kind_read_too():
     silent = {"silent_nodes": 6, "note": "nodes come back Running"}
     _, doc = rendered("reading-observed", "hyperpod-dhc: ml-cluster logs no pass line", silent, "")
-    assert doc["default"].startswith("NO PASS LINES on ml-cluster: 6 node(s) came back")
+    assert doc["email"].startswith("NO PASS LINES on ml-cluster: 6 node(s) came back")
     held = {"node": LID, "reason": "needs a replacement the controller will not make"}
     _, doc = rendered("recovery-held", "s", held)
-    assert doc["default"].startswith(f"RECOVERY HELD: {LID} in ml-cluster/gpu-workers: needs a replacement")
-    assert f"hpdhc history ml-cluster {LID}" in doc["default"]
+    assert doc["email"].startswith(f"RECOVERY HELD: {LID} in ml-cluster/gpu-workers: needs a replacement")
+    assert f"hpdhc history ml-cluster {LID}" in doc["email"]
     lifted = {"scope": "capacity-hold", "by": "ops", "reason": "new AMI", "released": []}
     _, doc = rendered("breaker-reset", "s", lifted, GROUP)
-    assert doc["default"].startswith("BAD-CAPACITY HOLD LIFTED on ml-cluster/gpu-workers by ops: 0 held node(s)")
+    assert doc["email"].startswith("BAD-CAPACITY HOLD LIFTED on ml-cluster/gpu-workers by ops: 0 held node(s)")
     assert chat(doc)["metadata"]["threadId"] == "hyperpod-dhc/ml-cluster/gpu-workers/capacity-hold"
 
 
@@ -211,17 +209,17 @@ def test_the_other_shapes_of_a_kind_read_too():
 @pytest.mark.parametrize("detail", [{}, {"states": "x", "nodes": 3, "in_progress_s": "soon", "evidence": 7}])
 def test_a_detail_of_an_unexpected_shape_never_stops_the_publish(kind, detail):
     out, doc = rendered(kind, "hyperpod-dhc: something happened", detail, GROUP)
-    first = doc["default"].splitlines()[0]
+    first = doc["email"].splitlines()[0]
     assert first and out.subject == "hyperpod-dhc: something happened"
     assert chat(doc)["content"]["title"] == first
-    assert json.loads(doc["sqs"]) == {"kind": kind, "cluster": CLUSTER, "group": GROUP, **detail}
+    assert json.loads(doc["default"]) == {"kind": kind, "cluster": CLUSTER, "group": GROUP, **detail}
 
 
 def test_an_unknown_shape_gets_a_generic_line_quoting_the_kind():
     _, doc = rendered("check-overdue", "hyperpod-dhc: a check on ml-cluster is overdue", {"in_progress_s": "?"}, "")
-    assert doc["default"].splitlines()[0] == "check-overdue in ml-cluster: a check on ml-cluster is overdue"
+    assert doc["email"].splitlines()[0] == "check-overdue in ml-cluster: a check on ml-cluster is overdue"
     _, doc = rendered("round-finished", "", {"states": None})
-    assert doc["default"].splitlines()[0] == "round-finished in ml-cluster/gpu-workers"
+    assert doc["email"].splitlines()[0] == "round-finished in ml-cluster/gpu-workers"
 
 
 def test_long_texts_are_cut_to_the_limits_with_an_ellipsis():
@@ -244,9 +242,9 @@ def test_a_huge_detail_fits_sns_and_says_what_was_cut():
     detail = {"round_id": "r-1", "checks": "InstanceStress", "nodes": nodes}
     out, doc = rendered("dry-run", "hyperpod-dhc: dry-run would check 20000 node(s)", detail)
     assert len(out.message.encode()) <= MESSAGE_BUDGET_BYTES
-    machine = json.loads(doc["sqs"])
+    machine = json.loads(doc["default"])
     assert machine["truncated"] == {"nodes": 20_000} and machine["nodes"] == nodes[: len(machine["nodes"])]
-    assert doc["default"].startswith("DRY-RUN in ml-cluster/gpu-workers: would check 20000 node(s)")  # the whole count
-    assert "(+19990 more)" in doc["default"]
+    assert doc["email"].startswith("DRY-RUN in ml-cluster/gpu-workers: would check 20000 node(s)")  # the whole count
+    assert "(+19990 more)" in doc["email"]
     context = chat(doc)["metadata"]["additionalContext"]["detail"]
     assert json.loads(context)["truncated"]["nodes"] == 20_000

@@ -85,7 +85,7 @@ def test_segments_follow_the_history_one_per_run_of_a_state_with_every_decision_
     assert got == [
         ("waiting", 0, 100),
         ("in-check", 100, 3000),
-        ("drained", 3000, 3000),
+        ("recovery-due", 3000, 3000),
         ("recovering", 3000, 3600),
         ("waiting", 3600, 4000),
         ("in-check", 4000, 6000),
@@ -102,7 +102,7 @@ def test_segments_follow_the_history_one_per_run_of_a_state_with_every_decision_
 def test_a_held_recovery_is_its_own_state_and_hyperpods_recovery_a_mark_of_its_own():
     t = picture()
     held = t.groups[0].nodes[0]
-    assert [s.state for s in held.segments] == ["waiting", "in-check", "drained", "held"]
+    assert [s.state for s in held.segments] == ["waiting", "in-check", "recovery-due", "held"]
     assert held.final == "held"
     hyperpod = t.groups[1].nodes[1]
     assert [(m.action, m.actor, m.at) for m in hyperpod.marks] == [("hyperpod", "hyperpod", 2000)]

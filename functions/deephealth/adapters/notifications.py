@@ -4,15 +4,17 @@ sets one).
 
 One publish carries a message per protocol (`MessageStructure=json`, `deephealth.domain.messages`): plain text for
 email, an AWS Chatbot custom notification for HTTPS subscribers (Chatbot's Slack and Teams channels, webhooks), and
-the machine-readable JSON for SQS, Lambda and email-json subscribers."""
+the machine-readable JSON for every other protocol (SQS, Lambda, HTTP, Firehose, email-json)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from deephealth.adapters import aws
 from deephealth.domain.messages import render
 from deephealth.domain.policy import NOTIFICATION_KINDS as KINDS
+from deephealth.observability import logger
 
 
 class Notifier:
@@ -32,8 +34,15 @@ class Notifier:
             for name, value in (("kind", kind), ("cluster", cluster), ("group", group or "-"), ("route", route))
             if value
         }
-        rendered = render(kind, cluster, group, subject, detail)
-        (self._sns or aws.client("sns")).publish(
+        sns = self._sns or aws.client("sns")
+        try:
+            rendered = render(kind, cluster, group, subject, detail)
+        except Exception:  # a message that cannot be worded must not fail the round that decided it
+            logger.exception("notification rendering failed; publishing the machine JSON alone", extra={"kind": kind})
+            machine = json.dumps({"kind": kind, "cluster": cluster, "group": group, **detail}, default=str)
+            sns.publish(TopicArn=self._topic, Subject=subject[:100], Message=machine, MessageAttributes=attributes)
+            return
+        sns.publish(
             TopicArn=self._topic,
             Subject=rendered.subject,
             Message=rendered.message,

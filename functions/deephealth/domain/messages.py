@@ -1,6 +1,6 @@
 """How a notification reads: one SNS message per protocol (published with ``MessageStructure=json``).
 
-- ``default`` and ``email``: plain text. The first line says what happened, to which node (host name and
+- ``email``: plain text. The first line says what happened, to which node (host name and
   instance id) and where (``cluster/group``); then the evidence, quoted (``> ``); then the ``hpdhc`` command to
   look further (``hpdhc history <cluster> <node>`` for a node: there is no web console); then the
   machine-readable JSON.
@@ -10,8 +10,9 @@
   machine-readable fields are in ``metadata.additionalContext`` (string values, as the schema requires: ``kind``,
   ``cluster``, ``group``, ``node`` and ``instance_id`` when there is one, and ``detail``, the JSON text of the
   detail).
-- ``sqs``, ``lambda`` and ``email-json``: the machine-readable JSON, as it was published before (kind, cluster,
-  group and the detail): queue and function subscribers read what they always read.
+- ``default``: the machine-readable JSON, as it was published before (kind, cluster, group and the detail): every
+  protocol without a key of its own gets it (SQS, Lambda, HTTP, Firehose, email-json), so queue, function and
+  stream subscribers read what they always read, and it is the one full copy the 256 KiB hold.
 
 Rendering never raises on a detail of an unexpected shape: a kind (or shape) it cannot summarise gets a generic
 first line that quotes the kind. Limits: SNS takes a message of at most 256 KiB and a subject of at most 100
@@ -39,7 +40,6 @@ PUBLISH_MAX_BYTES = 256 * 1024
 # The message's share of SNS's 256 KiB: the subject and the message attributes count too.
 MESSAGE_BUDGET_BYTES = PUBLISH_MAX_BYTES - 4 * 1024
 NODE_KINDS = frozenset({"node-failed", "node-recovered", "node-quarantined", "node-inconclusive"})
-MACHINE_PROTOCOLS = ("sqs", "lambda", "email-json")
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,7 @@ SUMMARIES: dict[str, Callable[[Mapping[str, Any], str, str], str | None]] = {
     "job-deferral": _deferral,
 }
 # What a detail of an unexpected shape may raise while it is summarised (never out of `render`).
-_SHAPE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError)
+_SHAPE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)
 
 
 def summary(kind: str, cluster: str, group: str, subject: str, detail: Mapping[str, Any]) -> str:
@@ -347,17 +347,15 @@ def render(kind: str, cluster: str, group: str, subject: str, detail: Mapping[st
     machine = {"kind": kind, "cluster": cluster, "group": group, **detail}
     first = summary(kind, cluster, group, subject, detail)
     lines, cmds = body(kind, detail), commands(kind, cluster, group, detail)
+    # People read the first SHOWN_ITEMS of a list (the text says how many more); machines get it all, cut only when
+    # the one machine copy would not fit.
+    for_people = shrunk(machine, SHOWN_ITEMS)
+    email = plain_text(first, lines, cmds, json.dumps(for_people, default=str, indent=2))
+    https = json.dumps(chatbot(kind, cluster, group, first, lines, cmds, for_people), default=str)
     message = ""
     for items in (None, 100, SHOWN_ITEMS, 0):
         shown = machine if items is None else shrunk(machine, items)
-        compact = _json(shown)
-        structure = {
-            "default": plain_text(first, lines, cmds, json.dumps(shown, default=str, indent=2)),
-            "https": json.dumps(chatbot(kind, cluster, group, first, lines, cmds, shown), default=str),
-            **dict.fromkeys(MACHINE_PROTOCOLS, compact),
-        }
-        structure["email"] = structure["default"]
-        message = json.dumps(structure)
+        message = json.dumps({"default": _json(shown), "email": email, "https": https})
         if len(message.encode()) <= MESSAGE_BUDGET_BYTES:
             break
     return Rendered(subject=clip(subject, SUBJECT_MAX) or clip(first, SUBJECT_MAX), message=message)
