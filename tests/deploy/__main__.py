@@ -122,10 +122,12 @@ def _environment(port: int, work: Path) -> dict[str, str]:
         for key, value in os.environ.items()
         if not key.startswith(("AWS_", "CDK_")) or key == "AWS_CA_BUNDLE"
     }
-    # "localhost", not 127.0.0.1: moto reads a CloudFormation TemplateURL as path-style only when it says localhost,
-    # and the CDK CLI switches S3 to path-style for a loopback endpoint by itself.
+    # Connections go to 127.0.0.1, where the server listens (whatever "localhost" resolves to first); the CDK CLI
+    # switches S3 to path-style for a loopback endpoint by itself. The template URLs it hands CloudFormation say
+    # "localhost": moto reads a TemplateURL as path-style (bucket/key) only then.
     env.update(
-        AWS_ENDPOINT_URL=f"http://localhost:{port}",
+        AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
+        AWS_ENDPOINT_URL_S3_FOR_CLOUDFORMATION=f"http://localhost:{port}",
         AWS_ACCESS_KEY_ID="testing",
         AWS_SECRET_ACCESS_KEY="testing",
         AWS_DEFAULT_REGION=REGION,
