@@ -29,6 +29,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError
 
 from hpdhc.client import ApiError, OperatorClient, add_api_options
+from hpdhc.document import Memory
 from hpdhc.scontrol import Scontrol, Slurm
 from hpdhc.sync import (
     EXIT_API,
@@ -40,7 +41,6 @@ from hpdhc.sync import (
     EXIT_SLURM,
     ApiController,
     Controller,
-    Memory,
     quoted,
     sync_once,
 )

@@ -161,8 +161,9 @@ def run_idle(nodes: int, hours: float) -> IdleCost:
     from deephealth.adapters.hyperpod import HyperPod
     from deephealth.adapters.node_table import NodeTable
     from deephealth.domain.nodes import NodeRecord, NodeState
+    from hpdhc.document import FEATURES, Memory
     from hpdhc.scontrol import SlurmNode
-    from hpdhc.sync import FEATURES, Memory, sync_once
+    from hpdhc.sync import sync_once
     from tests.bench.run import function_memory_mb
     from tests.fakes.hyperpod import Clock, FakeHyperPod, GroupSpec
     from tests.harness.engine import TABLE_NAME, Harness

@@ -16,14 +16,11 @@ from hypothesis import strategies as st
 from hpdhc import bridge, cli, gate
 from hpdhc.bridge import load_partitions
 from hpdhc.client import ApiError, OperatorClient
+from hpdhc.document import FEATURES, Desired, Document, Memory
 from hpdhc.scontrol import OWNED_PREFIX, Scontrol, SlurmError, SlurmNode, SlurmUnreachable, parse_node, parse_nodes
 from hpdhc.sync import (
     AWAITING,
     EXIT_API,
-    FEATURES,
-    Desired,
-    Document,
-    Memory,
     changes,
     sync_once,
     unlisted_node_changes,

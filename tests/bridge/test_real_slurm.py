@@ -16,8 +16,9 @@ import pytest
 
 from hpdhc import bridge, cli, gate
 from hpdhc.client import OperatorClient
+from hpdhc.document import FEATURES
 from hpdhc.scontrol import Scontrol, SlurmNode
-from hpdhc.sync import AWAITING, FEATURES, ApiController, Controller, SyncResult, sync_once
+from hpdhc.sync import AWAITING, ApiController, Controller, SyncResult, sync_once
 from tests.bridge.slurm_cluster import PROVISIONING_PARAMETERS, SlurmCluster, wait_for
 
 A, B, C = "ip-10-0-0-1", "ip-10-0-0-2", "ip-10-0-0-3"

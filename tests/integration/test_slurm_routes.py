@@ -458,8 +458,8 @@ class _ApiController:
 
 class _IdleSlurm:
     def __init__(self, names: list[str]) -> None:
+        from hpdhc.document import FEATURES
         from hpdhc.scontrol import SlurmNode
-        from hpdhc.sync import FEATURES
 
         passed = ("HealthCheck:Passed",)
         self._nodes = {n: SlurmNode(name=n, features=passed, available=FEATURES, partitions=("dev",)) for n in names}
@@ -479,7 +479,8 @@ def test_an_idle_bridge_pass_reads_no_node_record_however_large_the_cluster(harn
     bridge reports no occupancy (no node waits for a check, no claim changed). A change is seen on the next pass,
     which reads that record (the API's warm Lambda holds the others), and then nothing again."""
     from deephealth.adapters.node_table import SAVE_MARGIN_S, NodeTable
-    from hpdhc.sync import Memory, sync_once
+    from hpdhc.document import Memory
+    from hpdhc.sync import sync_once
     from tests.bench.idle import count_dynamodb_units
 
     cluster = fake.create_cluster("demo", [GroupSpec("gpu", count=0)])

@@ -14,9 +14,10 @@ import random
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from hpdhc.document import Memory
 from hpdhc.gate import boot_changes
 from hpdhc.scontrol import SlurmError, SlurmNode
-from hpdhc.sync import Memory, sync_once
+from hpdhc.sync import sync_once
 from tests.fakes.checks import IN_CHECK
 from tests.harness.api_gateway import proxy_event, refusal
 from tests.twin.scenario import CONTROLLER_GROUP

@@ -4,12 +4,13 @@ keeps its own copy of what deephealth.domain.slurm says, and this test holds the
 from deephealth.domain import slurm as domain
 from deephealth.domain.nodes import NodeRecord, NodeState, Outcome, Verdict
 from hpdhc import client, gate, scontrol, sync
+from hpdhc import document as bridge_document
 
 
 def test_the_bridge_and_the_controller_share_prefix_features_and_bounds():
     assert scontrol.OWNED_PREFIX == domain.OWNED_PREFIX
-    assert tuple(f.value for f in domain.Feature) == sync.FEATURES
-    assert sync.FEATURE_KEY == domain.FEATURE_KEY
+    assert tuple(f.value for f in domain.Feature) == bridge_document.FEATURES
+    assert bridge_document.FEATURE_KEY == domain.FEATURE_KEY
     assert sync.AWAITING == domain.AWAITING and gate.BOOT_REASON.startswith(domain.OWNED_PREFIX + domain.WAIT)
     assert sync.HELD_MAX == domain.HELD_MAX
     assert client.SLURM_STATE_PAGE == domain.MAX_STATE_PAGE and client.SLURM_PAGE == domain.MAX_REPORTED_NODES
@@ -30,7 +31,7 @@ def test_every_desired_state_the_controller_can_say_is_one_the_bridge_accepts():
     ambiguous = domain.ambiguous("n", [NodeRecord(cluster="c", key="a", group="g")] * 2)
     entries.append({"node": "amb", "reason": ambiguous.reason, "feature": ambiguous.feature.value})
     errors: list[str] = []
-    document = sync.read_document(
+    document = bridge_document.read_document(
         "c", {"cluster": "c", "nodes": entries, "generation": 1.0, "complete": True, "isolating_groups": ["g"]}, errors
     )
     assert errors == [] and all(d is not None for d in document.wanted.values())
