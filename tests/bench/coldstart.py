@@ -26,7 +26,7 @@ compiled is kept); the standard library is read from a bytecode cache compiled o
 
 ``--runtime``: the Lambda runtime's own Python (3.13, found as the CDK app finds it) imports each handler
 with the layer built the way the app builds it, once as source only and once with the bytecode the app
-compiles into it (``infra.controller_functions.PipInstall``). The wheels are the x86_64 ones of the same
+compiles into it (``infra.lambda_assets.PipInstall``). The wheels are the x86_64 ones of the same
 pinned versions, because the deployed aarch64 layer cannot be imported on this machine. Our own code is
 compiled from source in both, as on Lambda.
 
@@ -264,7 +264,7 @@ def measure(handlers: list[str], runs: int, trees: dict[str, Path], no_pyc: bool
 
 def measure_runtime(handlers: list[str], runs: int) -> dict:
     """The runtime's Python importing each handler with the layer as source and with its bytecode, interleaved."""
-    from infra.controller_functions import runtime_python
+    from infra.lambda_assets import runtime_python
 
     python = runtime_python()
     if python is None:
@@ -353,7 +353,7 @@ def build_layer(platform_tag: str | None = None) -> Path:
     """The layer bundle exactly as the CDK app's local bundler makes it (cached by its requirement list);
     `platform_tag` builds the same pinned versions for another platform, to import them here."""
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
-    from infra.controller_functions import (
+    from infra.lambda_assets import (
         PIP_PLATFORM,
         PYTHON_VERSION,
         PipInstall,

@@ -20,7 +20,7 @@ import aws_cdk as cdk
 import pytest
 
 from infra.controller_config import ASSET_EXCLUDE, FUNCTIONS_DIR, REPO_ROOT
-from infra.controller_functions import LAMBDA_EXTRA, PYPROJECT, lambda_requirements
+from infra.lambda_assets import LAMBDA_EXTRA, PYPROJECT, lambda_requirements
 from infra.operator_api import OPENAPI_DOCUMENT
 
 # hpdhc speaks the API's JSON with boto3's SigV4 and the standard library, and reaches the twin of a checkout

@@ -16,7 +16,8 @@ from deephealth.domain.events import CLUSTER_EVENT, DETAIL_TYPES, NODE_HEALTH_EV
 from deephealth.domain.policy import ConfigError, parse_config
 from deephealth.domain.rounds import ROUND_STEPS
 from infra.controller_config import read_deletion_protection
-from infra.controller_functions import FUNCTIONS, PYTHON_VERSION, compile_bytecode, runtime_python
+from infra.controller_functions import FUNCTIONS
+from infra.lambda_assets import PYTHON_VERSION, compile_bytecode, runtime_python
 from infra.nodes_table import NodesTable
 from infra.round_workflow import DEFINITION_FILE
 from tests.harness import synth

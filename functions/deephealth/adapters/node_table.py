@@ -123,10 +123,7 @@ class NodeTable:
     def _saved_since(self, cluster: str, since: float) -> set[str]:
         """The keys of the node records saved at or after `since` (SAVED_INDEX: keys only)."""
         keys: set[str] = set()
-        kwargs: dict[str, Any] = {
-            "IndexName": SAVED_INDEX,
-            "KeyConditionExpression": Key("pk").eq(cluster_pk(cluster)) & Key("saved_at").gte(math.floor(since)),
-        }
+        kwargs = _saved_since_query(cluster, since)
         while True:
             page = self.t.query(**kwargs)
             keys |= {str(i["sk"]).removeprefix(NODE_PREFIX) for i in page.get("Items", [])}
@@ -165,12 +162,7 @@ class NodeTable:
     @aws.translated
     def changed_since(self, cluster: str, since: float) -> bool:
         """Whether a node record of the cluster was saved at or after `since` (SAVED_INDEX; at most one key read)."""
-        page = self.t.query(
-            IndexName=SAVED_INDEX,
-            KeyConditionExpression=Key("pk").eq(cluster_pk(cluster)) & Key("saved_at").gte(math.floor(since)),
-            Limit=1,
-        )
-        return bool(page.get("Items"))
+        return bool(self.t.query(**_saved_since_query(cluster, since), Limit=1).get("Items"))
 
     @aws.translated
     def get(self, cluster: str, key: str) -> NodeRecord | None:
@@ -369,3 +361,11 @@ def _seq_is(seq: int) -> Any:
 
 def _record(item: dict[str, Any]) -> NodeRecord:
     return NodeRecord.model_validate_json(item["doc"])
+
+
+def _saved_since_query(cluster: str, since: float) -> dict[str, Any]:
+    """The SAVED_INDEX query of the cluster's node records saved at or after `since` (saved_at is whole seconds)."""
+    return {
+        "IndexName": SAVED_INDEX,
+        "KeyConditionExpression": Key("pk").eq(cluster_pk(cluster)) & Key("saved_at").gte(math.floor(since)),
+    }
