@@ -191,3 +191,22 @@ def test_an_operation_held_open_by_an_isolated_node_is_said_once_and_asked_past(
     assert all(records[lid].state == NodeState.PASSED for lid in late), "asked past the stuck operation: merged"
     overdue = [n for n in harness.notifications() if n["attributes"]["kind"] == "check-overdue"]
     assert len(overdue) == 1 and overdue[0]["message"]["in_progress_s"] > 2 * 45 * 60
+
+
+PAIRS = {"pairs": {"checks": ["InstanceStress", "InstanceConnectivity"]}}
+
+
+@pytest.mark.controller_config({"clusters": ["demo"], "defaults": {"gather_window_s": 0}, "groups": PAIRS})
+def test_records_read_in_the_look_that_sees_their_node_leave_its_check_are_measured(harness, fake):
+    """Records are measured once, in the first look that reads them. Here one look reads the lines of the `workers`
+    (due: left 300 s before, the conservative settle time) and sees the `pairs` leave their longer check, lines
+    shipped as it ends: the pairs' lines are measured then too, so the settle time leaves its conservative start
+    after the first round."""
+    fake.check_duration_s["InstanceConnectivity"] = 300.0  # the pairs leave as the workers' lines fall due
+    fake.create_cluster("demo", [GroupSpec("workers", count=6), GroupSpec("pairs", count=6)])
+    harness.run_until(lambda: _final(harness, "demo", 12), horizon_s=8 * 3600)
+    records = harness.records("demo").values()
+    assert {r.verdict for r in records} == {Verdict.PASSED}
+    readings = harness.readings("demo")
+    assert sum(b.weight for b in readings.lateness.values()) >= 11.5, readings.lateness
+    assert readings.lag_max_s == 0, "lines readable before their node was seen leaving are not late"

@@ -13,8 +13,7 @@ import json
 
 import pytest
 
-from deephealth.domain.nodes import NodeState
-from deephealth.domain.results import short_hostname
+from deephealth.domain.nodes import NodeState, short_hostname
 from infra.controller_config import CHECK_REQUESTERS_KEY, SLURM_BRIDGES_KEY
 from infra.operations_dashboard import BRIDGE_REPORTS_METRIC
 from tests.fakes.hyperpod import GroupSpec

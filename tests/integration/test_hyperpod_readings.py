@@ -463,14 +463,18 @@ def json_line(level: str, ts: str, msg: str) -> str:
     return json.dumps({"level": level, "ts": ts, "msg": msg})
 
 
+# The EFA devices of an ml.p5.48xlarge (32: EC2's MaximumEfaInterfaces), as the fake names them.
+DEVICES = ["rdmap0s29", *(f"rdmap0s{30 + i}" for i in range(31))]
+LAST_DEVICE = DEVICES[-1]
+
+
 def stress_lines(ts: str, replace: str = "false", reboot: str = "false", suffix: str = "") -> list[str]:
     return [
         plain(ts, f"stress-ng success{suffix}"),
         plain(ts, f"GpuPci Count check success{suffix}"),
         plain(ts, "DCGM diagnostic health summary: dcgmCheckLevel: 4 dcgmVersion: 3.3.7 gpuDriverVersion: "
                   f"535.183.01, gpuDeviceIds: [2330] replacementRequired: {replace} rebootRequired: {reboot}{suffix}"),
-        plain(ts, f"EFA Loopback check passed for device: rdmap0s29{suffix}"),
-        plain(ts, f"EFA Loopback check passed for device: rdmap0s30{suffix}"),
+        *(plain(ts, f"EFA Loopback check passed for device: {device}{suffix}") for device in DEVICES),
     ]  # fmt: skip
 
 
@@ -532,7 +536,7 @@ def test_an_efa_fault_fails_one_device_and_leaves_dcgm_clean(env: Env, pass_line
     env.fake.advance(30 + 3600)
     ts = _iso(env.fake.clock.now())
     *lines, failure = messages(env, bad)
-    failed_device = plain(ts, "EFA Loopback check failed for device: rdmap0s30")
+    failed_device = plain(ts, f"EFA Loopback check failed for device: {LAST_DEVICE}")
     if pass_line == "none":  # only the failure evidence: the failing device's line
         assert lines == [failed_device]
     else:
@@ -724,7 +728,7 @@ def test_foreign_hostnames_name_nodes_by_an_unlisted_address(env: Env, fmt: str)
         assert json.loads(text)["msg"] == f"Deep health check passed host: {host}"
     else:
         assert text == plain(
-            _iso(env.fake.clock.now()), f"EFA Loopback check passed for device: rdmap0s30 host: {host}"
+            _iso(env.fake.clock.now()), f"EFA Loopback check passed for device: {LAST_DEVICE} host: {host}"
         )
     ip = env.fake.node("hp", node).private_ip
     (summary,) = env.sm.list_cluster_nodes(ClusterName="hp", InstanceGroupNameContains="workers")[

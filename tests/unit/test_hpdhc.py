@@ -22,6 +22,10 @@ class FakeClient:
         states = {"pending": 1, "passed": 3, "brand_new_state": 2}
         return {"clusters": [{"cluster": "c1", "live_round": None, "states": states}]}
 
+    def get_readings(self, cluster: str) -> dict:
+        # What a node wrote reaches the answer: a line may carry a terminal's escape sequences.
+        return {"cluster": cluster, "lines": 0, "note": "\x1b]0;owned\x07\x1b[31mno line yet\x1b[0m\r"}
+
 
 @pytest.fixture
 def fake(monkeypatch):
@@ -41,6 +45,13 @@ def test_a_refusal_exits_2_and_a_server_error_1(fake, monkeypatch, capsys, statu
     monkeypatch.setattr(FakeClient, "failure", ApiError(status, "no"))
     assert cli.main(["status"]) == code
     assert capsys.readouterr().err.startswith("hpdhc: error:")
+
+
+def test_readings_of_a_cluster_is_readings_show_and_escape_sequences_in_lines_never_reach_the_terminal(fake, capsys):
+    assert cli.main(["readings", "c1"]) == 0
+    out = capsys.readouterr().out
+    assert "no line yet" in out and "cluster c1" in out
+    assert not any(c in out for c in "\x1b\x07\r"), repr(out)
 
 
 def test_simulate_outside_a_checkout_says_what_it_needs(monkeypatch, capsys):

@@ -63,6 +63,9 @@ OTHERS = {
                                                "note": "no new check can start on the cluster while it runs"}),
     "job-deferral": ("busy with jobs", {"nodes": ["lid-1", "lid-2"], "busy_for_s": {"lid-1": 30000, "lid-2": 25000},
                                         "job_defer_max_s": 21600}),
+    "check-waiting": ("has waited 250 min for a deep health check",
+                      {"node": "lid-1", "instance_id": "i-0abc123def4567890", "waited_s": 15000,
+                       "evidence": ["ready for 15000 s and not checked yet: no check could start"]}),
 }  # fmt: skip
 NODE = {
     "node-failed": lambda: node_notice("node-failed", NodeState.RECOVERY_DUE, Verdict.FAILED),
@@ -84,6 +87,7 @@ FIRST_WORDS = {
     "reading-observed": "NEW RESULT-LINE SHAPE on ml-cluster: json:level,msg",
     "check-overdue": "CHECK OVERDUE on ml-cluster: operation op-1 in progress for 1 h 32 min",
     "job-deferral": "CHECKED DESPITE JOBS in ml-cluster/gpu-workers: 2 node(s) busy with jobs for over 6 h",
+    "check-waiting": "WAITING FOR A CHECK in ml-cluster/gpu-workers: lid-1 ready for 4 h 10 min, not checked yet",
 }
 # Published with group "": the cluster's breaker (tripped, reset) and what the cluster's logs and operations show.
 CLUSTER_WIDE = {"breaker-tripped", "breaker-reset", "reading-observed", "check-overdue"}

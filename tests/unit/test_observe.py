@@ -1,9 +1,10 @@
+from deephealth.domain.late_evidence import SCAN_S
 from deephealth.domain.nodes import Action, NodeRecord, NodeSnapshot, NodeState, Outcome, Verdict
 from deephealth.domain.observe import GONE_AFTER_S, Observation, observe
 from deephealth.domain.policy import GroupContext, GroupPolicy, Mode, NodeRecovery
 from deephealth.domain.recovery import REBOOT_SETTLE_S
-from deephealth.domain.result_lines import ALL_TESTS, Finding, ResultLine
-from deephealth.domain.results import NameIndex, ResultLog
+from deephealth.domain.result_log import ResultLog
+from tests.unit.result_logs import error, event, info, owners, read
 
 A, B = "i-0000000000000000a", "i-0000000000000000b"
 GROUPS = {
@@ -14,18 +15,17 @@ GROUPS = {
 }
 
 
+OWNERS = {A: "lid", B: "lid-b"}
+
+
 def lines(logs: dict[str, str] | None, passed: tuple[str, ...] = ()) -> ResultLog | None:
-    """Result lines as read: a failure line per instance in `logs`, a pass line per instance in `passed`, each in
-    the instance's own stream (the record `lid` holds instance A)."""
+    """Result records as read: an error record per instance in `logs`, a summary pass per instance in `passed`, each
+    in the instance's own stream (the record `lid` holds instance A)."""
     if logs is None:
         return None
-    found = [ResultLine(950.0, 950.0, iid, Finding.FAIL, msg, "error", stream_names=frozenset({iid}))
-             for iid, msg in logs.items()]  # fmt: skip
-    found += [
-        ResultLine(950.0, 950.0, iid, Finding.PASS, "passed", "info", proves=ALL_TESTS, stream_names=frozenset({iid}))
-        for iid in passed
-    ]
-    return ResultLog(tuple(found), since=0.0, read_at=0.0, index=NameIndex({A: "lid", B: "lid-b"}))
+    found = [event(iid, 950.0, error(msg)) for iid, msg in logs.items()]
+    found += [event(iid, 950.0, info("Deep health check passed")) for iid in passed]
+    return read(found, owners(**OWNERS))
 
 
 def obs(now=1000.0, logs=None, recovery=NodeRecovery.NONE, judge=True, passed=()) -> Observation:
@@ -82,13 +82,18 @@ def test_on_start_group_is_observed_not_rechecked():
 
 def test_a_node_that_failed_its_on_start_check_before_any_look_is_watched_then_failed():
     """Seen first in Failure (its on-start check failed between two looks): recorded and failed on its status,
-    never left unrecorded. A node of an on-demand group first seen so is HyperPod's to retry (not recorded)."""
+    never left unrecorded. A node of an on-demand group first seen so (its launch failed) is recorded too, and waits
+    HyperPod's grace for a retry before the ladder acts: a launch HyperPod never retries is not left unseen."""
     record, _ = observe("c", None, snap("Failure", group="native"), obs())
     assert record.state == NodeState.CHECKING and record.observe_only and not record.seen_in_progress
     left, _ = observe("c", record, snap("Failure", group="native"), obs(now=1060.0))  # done with its check
     failed, decision = observe("c", left, snap("Failure", group="native"), obs(now=1120.0))
     assert decision.verdict == Verdict.FAILED and failed.state != NodeState.PASSED
-    assert observe("c", None, snap("Failure"), obs()) is None
+    launch, decision = observe("c", None, snap("Failure"), obs())
+    assert launch.state == NodeState.RECOVERY_DUE and launch.action == Action.AWAIT_HYPERPOD
+    assert launch.not_before == 1000.0 + GroupPolicy().recovery_grace_s and launch.history[0].reason.startswith(
+        "first seen in Failure"
+    )
 
 
 def test_checking_node_records_in_progress_then_fails_on_log_error():
@@ -257,14 +262,9 @@ def test_a_dry_run_record_stays_shadowed_while_the_group_observes_hyperpods_own_
     assert observe("c", shadowed, snap(group="native"), obs()) is None
 
 
-def log_at(*lines: tuple[float, str, str, Finding]) -> ResultLog:
-    """Lines (at, instance whose stream, text, finding) as a look read them."""
-    found = [
-        ResultLine(at, at, iid, finding, text, "error" if finding == Finding.FAIL else "info",
-                   proves=ALL_TESTS if finding == Finding.PASS else frozenset(), stream_names=frozenset({iid}))
-        for at, iid, text, finding in lines
-    ]  # fmt: skip
-    return ResultLog(tuple(found), since=0.0, read_at=0.0, index=NameIndex({A: "lid", B: "lid-b"}))
+def log_at(*lines: tuple[float, str, str]) -> ResultLog:
+    """Error records (at, instance whose stream, text) as a look read them."""
+    return read([event(iid, at, error(text)) for at, iid, text in lines], owners(**OWNERS))
 
 
 def judged(now, results, **kw):
@@ -274,17 +274,21 @@ def judged(now, results, **kw):
 def test_a_failure_line_that_arrives_after_the_pass_reverses_it_and_its_recovery_follows():
     outcomes = [Outcome(at=1100.0, verdict=Verdict.PASSED, instance_id=A)]
     passed = rec(NodeState.PASSED, verdict=Verdict.PASSED, verdict_at=1100.0, check_started_at=500.0,
-                 check_left_at=900.0, outcomes=outcomes)  # fmt: skip
-    late = log_at((800.0, A, "ERROR: DCGM level 4 failed on GPU 2", Finding.FAIL))
+                 check_left_at=900.0, outcomes=outcomes, created_at=300.0)  # fmt: skip
+    late = log_at((800.0, A, "ERROR: DCGM level 4 failed on GPU 2"))
     reversed_, decision = observe("c", passed, snap(), judged(1500.0, late))
     assert reversed_.state == NodeState.RECOVERY_DUE and reversed_.action == Action.REBOOT
     assert reversed_.reversals == 1 and [o.verdict for o in reversed_.outcomes] == [Verdict.FAILED]
     assert decision.reason.startswith("verdict reversed") and "GPU 2" in decision.evidence[0]
-    # A line outside its check window (a later check, another node) or after revisit_s changes nothing.
-    # (the window ends LINE_SKEW_S after the look that found the node out of its check: 900 + 300)
-    assert observe("c", passed, snap(), judged(1500.0, log_at((1250.0, A, "ERROR", Finding.FAIL)))) is None
-    assert observe("c", passed, snap(), judged(1500.0, log_at((800.0, B, "ERROR", Finding.FAIL)))) is None
-    assert observe("c", passed, snap(), judged(1100.0 + 3601, late)) is None
+    # A failure counts on a later edge than a pass: stamped after the pass window (900 + 300), it still reverses.
+    assert observe("c", passed, snap(), judged(1500.0, log_at((1250.0, A, "ERROR"))))[0].state != NodeState.PASSED
+    # Stamped before the node was first seen, after the revisit's end, or on another node's stream: nothing.
+    assert observe("c", passed, snap(), judged(1500.0, log_at((299.0, A, "ERROR")))) is None
+    assert observe("c", passed, snap(), judged(4000.0, log_at((1100.0 + 3601, A, "ERROR")))) is None
+    assert observe("c", passed, snap(), judged(1500.0, log_at((800.0, B, "ERROR")))) is None
+    # After the revisit, the day's scan still takes the pass back; after the day, nothing does.
+    assert observe("c", passed, snap(), judged(1100.0 + 3601, late))[0].state == NodeState.RECOVERY_DUE
+    assert observe("c", passed, snap(), judged(1100.0 + SCAN_S + 1, late)) is None
 
 
 def test_a_status_outside_the_enum_after_the_check_is_a_failure_handled_like_failure():
@@ -298,7 +302,7 @@ def test_a_status_outside_the_enum_after_the_check_is_a_failure_handled_like_fai
 
 def test_a_node_overdue_in_its_check_has_its_lines_read_and_a_failure_line_fails_it():
     record = rec(NodeState.CHECKING, round_id="r", check_started_at=0.0, seen_in_progress=True)
-    lines = log_at((2000.0, A, "ERROR: NCCL bandwidth", Finding.FAIL))
+    lines = log_at((2000.0, A, "ERROR: NCCL bandwidth"))
     in_check = snap("DeepHealthCheckInProgress")
     assert observe("c", record, in_check, judged(2000.0, lines, check_active=True)) is None, "not overdue yet"
     failed, decision = observe("c", record, in_check, judged(2700.0 + 300.0, lines, check_active=True))

@@ -2,23 +2,43 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState, Verdict, failure_like
-from deephealth.domain.result_lines import ALL_TESTS, Finding, ResultLine
-from deephealth.domain.result_lines import Test as Probe
-from deephealth.domain.results import NodeEvidence
+from deephealth.domain.nodes import IN_PROGRESS, NodeRecord, NodeSnapshot, NodeState, Verdict, failure_like
 from deephealth.domain.rounds import SKIP_GRACE_S
-from deephealth.domain.verdicts import Look, judge_check, left_check
+from deephealth.domain.verdicts import Look, judge_check, judge_late, left_check
+from deephealth.evidence.attribute import NodeEvidence
+from deephealth.evidence.classify import Finding, classify
+from deephealth.evidence.judge import Requirements
+from deephealth.evidence.records import Event, assemble
+from deephealth.evidence.rules import ALL_TESTS, Kind
+from deephealth.evidence.rules import Test as Probe
 
 T0 = 1_000_000.0
 TIMEOUT = 3 * 3600
 SETTLE = 300
-FAIL_LINE = ResultLine(T0, T0, "x", Finding.FAIL, "ERROR: DCGM level 4 failed", level="error")
-ODD_LINE = ResultLine(T0, T0, "x", Finding.UNRECOGNISED, "GPU 3 at 87 C", level="warn")
-ERROR = NodeEvidence(failures=(FAIL_LINE,), own_lines=1)
-PASS = NodeEvidence(proven=ALL_TESTS, own_lines=1)
+
+
+def finding(message: str, stream: str = "i-0000000000000000a") -> Finding:
+    (record,) = assemble([Event(stream, int(T0 * 1000), message, int(T0 * 1000))])
+    return classify(record)
+
+
+FAIL_LINE = finding('{"level": "error", "msg": "ERROR: DCGM level 4 failed"}')
+ODD_LINE = finding("2026-03-29T18:04:20Z  warn  GPU 3 at 87 C")
+PASS_LINE = finding("2026-03-29T18:04:20Z  info  Deep health check passed")
+STRESS_LINE = finding("2026-03-29T18:04:20Z  info  stress-ng success")
+FOREIGN_FAIL = finding('{"level": "error", "msg": "x"}', stream="my-own-stream")
+ERROR = NodeEvidence(own=(FAIL_LINE,))
+PASS = NodeEvidence(own=(PASS_LINE,))
+SOME = NodeEvidence(own=(STRESS_LINE,))
 NOTHING = NodeEvidence()
-ANON_ERROR = NodeEvidence(anonymous_failures=(FAIL_LINE,), anonymous_passes=3, anonymous_proven=ALL_TESTS)
-ANON_PASS = NodeEvidence(anonymous_passes=4, anonymous_proven=ALL_TESTS)
+ANON_ERROR = NodeEvidence(own=(PASS_LINE,), anonymous_failures=(FOREIGN_FAIL,))
+ANON_ONLY = NodeEvidence(anonymous_failures=(FOREIGN_FAIL,))
+
+
+def test_the_findings_are_what_the_table_assumes():
+    assert [f.kind for f in (FAIL_LINE, ODD_LINE, PASS_LINE, STRESS_LINE, FOREIGN_FAIL)] == [
+        Kind.FAILURE, Kind.UNRECOGNISED, Kind.PASS, Kind.PASS, Kind.FAILURE
+    ]  # fmt: skip
 
 
 def checking(**kw) -> NodeRecord:
@@ -49,20 +69,25 @@ def look(elapsed, results=None, active=None, timeout=TIMEOUT) -> Look:
 
 
 AFTER = 1000 + SETTLE  # elapsed at which a node that left at 1000 s has settled
+REVISIT = 1000 + 3600  # ... and at which missing records are no longer waited for
 
 
 @pytest.mark.parametrize(
     ("record", "snapshot", "results", "elapsed", "active", "expected"),
     [
         (left(), snap(), PASS, AFTER, None, Verdict.PASSED),
-        (left(), snap(), PASS, AFTER - 1, None, None),  # its line may still be on its way
+        (left(), snap(), PASS, AFTER - 1, None, None),  # its records may still be on their way
         (left(), snap(), None, AFTER, None, None),  # logs not read in this look
         (left(), snap(), ERROR, AFTER, None, Verdict.FAILED),
         (left(), snap(), NOTHING, AFTER, None, Verdict.SKIPPED),  # queued behind a job, or superseded
-        (left(), snap(), ANON_ERROR, AFTER, None, Verdict.INCONCLUSIVE),
-        (left(), snap(), ANON_PASS, AFTER, None, Verdict.INCONCLUSIVE),
-        (left(), snap("DeepHealthCheckInProgress"), NOTHING, AFTER, False, Verdict.INCONCLUSIVE),  # isolated
-        (left(), snap("DeepHealthCheckInProgress"), ERROR, AFTER, False, Verdict.FAILED),
+        (left(), snap(), SOME, AFTER, None, None),  # the other tests' records are late: wait
+        (left(), snap(), SOME, REVISIT, None, Verdict.INCONCLUSIVE),  # ... for revisit_s, then checked again
+        (left(), snap(), NodeEvidence(own=(ODD_LINE,)), AFTER, None, Verdict.INCONCLUSIVE),
+        (left(), snap(), ANON_ERROR, AFTER, None, Verdict.SKIPPED),  # an anonymous failure: one re-check
+        (left(anonymous_rechecks=1), snap(), ANON_ERROR, AFTER, None, Verdict.PASSED),  # then no longer
+        (left(), snap(), ANON_ONLY, AFTER, None, Verdict.SKIPPED),
+        (left(), snap(IN_PROGRESS), NOTHING, AFTER, False, Verdict.FAILED),  # isolated, the operation over
+        (left(), snap(IN_PROGRESS), ERROR, AFTER, False, Verdict.FAILED),
         (left(), snap("DetachInProgress"), NOTHING, AFTER, None, None),  # moving: its listing will say more
         (checking(seen_in_progress=True), snap("ShuttingDown"), None, 3000, None, None),  # a replacement in flight
         (checking(seen_in_progress=True), snap("ShuttingDown"), None, TIMEOUT + 1, None, Verdict.INCONCLUSIVE),
@@ -74,15 +99,18 @@ AFTER = 1000 + SETTLE  # elapsed at which a node that left at 1000 s has settled
         (checking(), snap(), None, SKIP_GRACE_S, True, None),  # the operation still runs: a slow start
         (checking(), snap(), None, SKIP_GRACE_S, None, None),  # not asked: wait for a look that asks
         (checking(), snap(), None, SKIP_GRACE_S - 1, False, None),  # may still start: wait
-        (checking(seen_in_progress=True), snap("DeepHealthCheckInProgress"), None, 3000, None, None),
-        (checking(seen_in_progress=True), snap("DeepHealthCheckInProgress"), None, TIMEOUT + 1, None,
-         Verdict.INCONCLUSIVE),
+        (checking(seen_in_progress=True), snap(IN_PROGRESS), None, 3000, None, None),
+        # Past its timeout in the check while HyperPod's operation stays open: isolated; waiting wedges the cluster.
+        (checking(seen_in_progress=True), snap(IN_PROGRESS), None, TIMEOUT + 1, True, Verdict.FAILED),
+        (checking(seen_in_progress=True), snap(IN_PROGRESS), None, TIMEOUT + 1, None, None),  # ask first
+        (checking(seen_in_progress=True, observe_only=True), snap(IN_PROGRESS), None, TIMEOUT + 1, None,
+         Verdict.FAILED),
         (checking(), snap("SystemUpdating"), None, TIMEOUT + 1, None, Verdict.INCONCLUSIVE),
         (checking(), snap("SystemUpdating"), None, 100, None, None),
         (left(observe_only=True), snap(), NOTHING, AFTER, None, Verdict.PASSED),  # HyperPod's on-start pass
         # First seen already Running: nothing says it had its on-start checks. Checked again, never passed.
         (checking(observe_only=True, check_left_at=T0 + 1000), snap(), NOTHING, AFTER, None, Verdict.SKIPPED),
-        (left(observe_only=True), snap(), ANON_ERROR, AFTER, None, Verdict.INCONCLUSIVE),
+        (left(observe_only=True), snap(), ANON_ONLY, AFTER, None, Verdict.SKIPPED),
         (left(observe_only=True), snap(), ERROR, AFTER, None, Verdict.FAILED),
     ],
 )  # fmt: skip
@@ -93,20 +121,32 @@ def test_decision_table(record, snapshot, results, elapsed, active, expected):
         assert judgement.evidence, "every verdict carries its evidence"
 
 
-def test_result_lines_that_name_nobody_are_final_a_missing_line_is_rechecked():
-    assert not judge_check(left(), snap(), look(AFTER, ANON_PASS)).recheck
-    assert not judge_check(left(), snap(), look(AFTER, ANON_ERROR)).recheck
+def test_an_unrecognised_record_is_final_a_missing_one_and_an_anonymous_failure_are_checked_again():
+    assert not judge_check(left(), snap(), look(AFTER, NodeEvidence(own=(ODD_LINE,)))).recheck
     assert judge_check(left(), snap(), look(AFTER, NOTHING)).recheck
+    anonymous = judge_check(left(), snap(), look(AFTER, ANON_ERROR))
+    assert anonymous.recheck and anonymous.anonymous and "my-own-stream" in anonymous.evidence[0]
+    passed = judge_check(left(anonymous_rechecks=1), snap(), look(AFTER, ANON_ERROR))
+    assert "ignored after its re-check" in passed.evidence[-1]
+
+
+def test_a_passed_nodes_late_records():
+    passed = left(state=NodeState.PASSED, verdict=Verdict.PASSED, verdict_at=T0 + 1300)
+    assert judge_late(passed, PASS) is None
+    assert judge_late(passed, ERROR).verdict == Verdict.FAILED
+    assert not judge_late(passed, NodeEvidence(own=(ODD_LINE,))).recheck
+    assert judge_late(passed, ANON_ERROR).anonymous
+    assert judge_late(passed.model_copy(update={"anonymous_rechecks": 1}), ANON_ERROR) is None
 
 
 @pytest.mark.parametrize(
     ("record", "status", "active", "expected"),
     [
         (checking(seen_in_progress=True), "Running", None, True),
-        (checking(seen_in_progress=True), "DeepHealthCheckInProgress", None, False),
-        (checking(seen_in_progress=True), "DeepHealthCheckInProgress", True, False),
-        (checking(seen_in_progress=True), "DeepHealthCheckInProgress", False, True),  # isolated after a failure
-        (checking(observe_only=True, seen_in_progress=True), "DeepHealthCheckInProgress", False, False),
+        (checking(seen_in_progress=True), IN_PROGRESS, None, False),
+        (checking(seen_in_progress=True), IN_PROGRESS, True, False),
+        (checking(seen_in_progress=True), IN_PROGRESS, False, True),  # isolated after a failure
+        (checking(observe_only=True, seen_in_progress=True), IN_PROGRESS, False, False),
         (checking(), "Running", False, False),  # never seen in it: not "done" with it
     ],
 )
@@ -126,7 +166,7 @@ def test_a_claimed_node_whose_check_never_started_is_never_judged(results):
 
 IDS = st.sampled_from([None, "i-0000000000000000a", "i-0000000000000000b"])
 STATUSES = st.sampled_from(
-    ["Running", "DeepHealthCheckInProgress", "Pending", "ShuttingDown", "Failure", "SystemUpdating", "NotFound"]
+    ["Running", IN_PROGRESS, "Pending", "ShuttingDown", "Failure", "SystemUpdating", "NotFound"]
 ) | st.text(max_size=20)
 RECORDS = st.builds(
     checking,
@@ -135,34 +175,36 @@ RECORDS = st.builds(
     observe_only=st.booleans(),
     check_started_at=st.none() | st.floats(T0 - 30_000, T0),
     check_left_at=st.none() | st.floats(T0 - 30_000, T0 + 30_000),
+    anonymous_rechecks=st.integers(0, 1),
 )
 SNAPSHOTS = st.none() | st.builds(snap, status=STATUSES, instance_id=IDS)
-TESTS = st.frozensets(st.sampled_from(list(Probe)))
-LINES = st.lists(st.sampled_from([FAIL_LINE]), max_size=2).map(tuple)
-ODD = st.lists(st.sampled_from([ODD_LINE]), max_size=2).map(tuple)
+OWN = st.lists(st.sampled_from([FAIL_LINE, ODD_LINE, PASS_LINE, STRESS_LINE]), max_size=4).map(tuple)
 RESULTS = st.none() | st.builds(
-    NodeEvidence,
-    proven=TESTS,
-    failures=LINES,
-    unrecognised=ODD,
-    own_lines=st.integers(0, 6),
-    anonymous_failures=LINES,
-    anonymous_unrecognised=ODD,
-    anonymous_proven=TESTS,
-    anonymous_passes=st.integers(0, 3),
+    NodeEvidence, own=OWN, anonymous_failures=st.lists(st.just(FOREIGN_FAIL), max_size=2).map(tuple)
 )
 REQUIRED = st.sampled_from(
     [frozenset({Probe.STRESS, Probe.GPU_PCI, Probe.DCGM, Probe.EFA}), frozenset({Probe.NCCL}), ALL_TESTS]
 )
 
 
-def failure_evidence(record: NodeRecord, snapshot: NodeSnapshot, results: NodeEvidence | None) -> bool:
-    """What may make a node FAILED: a failure line of its own, Failure or a status the API does not document, or
-    Pending after being seen in the check."""
+def failure_evidence(record: NodeRecord, snapshot: NodeSnapshot, results: NodeEvidence | None, look: Look) -> bool:
+    """What may make a node FAILED: a failure of its own, Failure or a status the API does not document, Pending
+    after being seen in the check, or still in the check past its timeout (the operation open) or after it."""
+    isolated = (
+        snapshot.status == IN_PROGRESS
+        and record.check_started_at is not None
+        and (
+            (record.check_left_at is None and look.now - record.check_started_at > look.check_timeout_s
+             and record.seen_in_progress and (look.check_active or record.observe_only))
+            or (record.check_left_at is not None and results is not None and not results.unrecognised
+                and look.now - record.check_left_at >= SETTLE and not record.observe_only)
+        )
+    )  # fmt: skip
     return (
         bool(results and results.failures)
         or failure_like(snapshot.status)
         or (snapshot.status == "Pending" and record.seen_in_progress)
+        or isolated
     )
 
 
@@ -179,7 +221,8 @@ def failure_evidence(record: NodeRecord, snapshot: NodeSnapshot, results: NodeEv
 )
 def test_decision_table_properties(record, snapshot, results, elapsed, active, timeout, required, silence):
     now = T0 + elapsed
-    judgement = judge_check(record, snapshot, Look(now, results, active, timeout, SETTLE, required, silence))
+    view = Look(now, results, active, timeout, SETTLE, Requirements(required), silence)
+    judgement = judge_check(record, snapshot, view)
     verdict = judgement.verdict if judgement else None
     if judgement is not None:
         assert judgement.evidence and all(judgement.evidence), "every verdict carries its evidence"
@@ -193,22 +236,24 @@ def test_decision_table_properties(record, snapshot, results, elapsed, active, t
     if record.check_started_at is None and not record.observe_only:
         assert verdict is None, "a claimed node whose check never started gets no check verdict"
         return
-    failing = failure_evidence(record, snapshot, results)
-    assert (verdict == Verdict.FAILED) == failing, "FAILED exactly when there is failure evidence"
+    if verdict == Verdict.FAILED:
+        assert failure_evidence(record, snapshot, results, view), "FAILED only on failure evidence"
+    if results is not None and results.failures:
+        assert verdict == Verdict.FAILED, "a failure of its own always fails it"
     if verdict == Verdict.PASSED:
-        # Positive evidence only: seen in the check, done with it, settled, Running, and a pass line for every test
-        # it ran (or HyperPod's on-start pass, or silence that lasted where the policy accepts it), with no line
-        # about it or naming nobody that is not a pass.
+        # Positive evidence only: seen in the check, done with it, settled, Running, and a pass for every test it
+        # ran (or HyperPod's on-start pass, or silence that lasted where the policy accepts it), with nothing of its
+        # own that is not a pass, and no anonymous failure before its one re-check.
         assert record.seen_in_progress or record.observe_only, "never seen in the check is not a pass"
         assert record.check_left_at is not None and now - record.check_left_at >= SETTLE, "read before settling"
         assert snapshot.status == "Running" and results is not None
-        assert not results.failures and not results.anonymous_failures, "a failure line is never a pass"
-        assert not results.unrecognised and not results.anonymous_unrecognised, "an unknown line is never a pass"
-        proven = required <= results.proven | (results.anonymous_proven & {Probe.NCCL})
+        assert not results.failures and not results.unrecognised, "a failure or an unknown record is never a pass"
+        assert not results.anonymous_failures or record.anonymous_rechecks >= 1, "an anonymous failure: a re-check"
+        proven = required - {Probe.EFA} <= {t for f in results.passes for t in f.proves}
         silent = silence is not None and results.silent and active is False and now - record.check_left_at >= silence
         assert proven or record.observe_only or silent, "every test it ran proven passed"
     if verdict in (Verdict.SKIPPED, Verdict.INCONCLUSIVE):
-        assert not failing, "missing evidence never comes with failure evidence"
+        assert not (results and results.failures), "missing evidence never comes with a failure of its own"
 
 
 @given(record=RECORDS, results=RESULTS, elapsed=st.floats(0, 30_000))

@@ -1,14 +1,17 @@
 """Late evidence: CloudWatch Logs accepts an event up to 14 days late, so no settle time is a bound. A passed node's
-check window is read again for `revisit_s`; a line that would have kept it from passing, had it been on time,
-takes the pass back (`verdicts.judge_late`), and the node goes where that verdict leads."""
+check window is read again for `revisit_s`, and its failures (stamped up to the end of its revisit) by every whole
+look's server-filtered scan for a day after its pass (`SCAN_S`); a record that would have kept it from passing, had
+it been on time, takes the pass back (`verdicts.judge_late`), and the node goes where that verdict leads."""
 
 from __future__ import annotations
 
 from deephealth.domain.nodes import Action, Decision, NodeRecord, NodeState, Verdict
 from deephealth.domain.policy import GroupContext, NodeRecovery
 from deephealth.domain.recovery import apply_verdict
-from deephealth.domain.results import ResultLog
-from deephealth.domain.verdicts import judge_late, window_end
+from deephealth.domain.result_log import ResultLog
+from deephealth.domain.verdicts import judge_late
+
+SCAN_S = 86400  # a passed node's failures are looked for this long after its pass
 
 
 def revisiting(record: NodeRecord, ctx: GroupContext, now: float) -> bool:
@@ -22,6 +25,17 @@ def revisiting(record: NodeRecord, ctx: GroupContext, now: float) -> bool:
     )
 
 
+def scanned(record: NodeRecord, now: float) -> bool:
+    """A passed node whose late failures the scan looks for: a day after its pass."""
+    return (
+        record.state == NodeState.PASSED
+        and record.verdict == Verdict.PASSED
+        and record.check_started_at is not None
+        and record.verdict_at is not None
+        and now - record.verdict_at <= SCAN_S
+    )
+
+
 def late_reversal(
     record: NodeRecord,
     results: ResultLog,
@@ -30,12 +44,14 @@ def late_reversal(
     now: float,
     trigger: str | None,
 ) -> tuple[NodeRecord, Decision] | None:
-    """The pass taken back, when lines read now (`results`) would have kept the node from passing; else None.
-    Its outcome becomes the late verdict (the lemon trail counts one verdict, not a flap)."""
+    """The pass taken back, when records read now (its revisit's whole read, or a scan's failures, for a day after
+    its pass) would have kept the node from passing; else None. Its outcome becomes the late verdict (the lemon
+    trail counts one verdict, not a flap)."""
     started = record.check_started_at
-    if started is None or not revisiting(record, ctx, now) or results.since > started:
+    reads = revisiting(record, ctx, now) or scanned(record, now)
+    if started is None or not reads or results.since > started:
         return None
-    late = judge_late(results.evidence(record.key, started, window_end(record)))
+    late = judge_late(record, results.evidence(record, ctx.revisit_s))
     if late is None:
         return None
     trail = record.outcomes
@@ -52,6 +68,7 @@ def late_reversal(
         trigger,
         recheck=late.recheck,
         hint=Action(late.hint) if late.hint else None,
+        anonymous=late.anonymous,
     )
     reason = f"verdict reversed (passed at {int(record.verdict_at or 0)}): {decision.reason}"
     history = [*updated.history[:-1], updated.history[-1].model_copy(update={"reason": reason})]

@@ -152,6 +152,11 @@ def _reset(d: Mapping[str, Any], _c: str, where: str) -> str:
 
 
 def _reading(d: Mapping[str, Any], cluster: str, _w: str) -> str | None:
+    if "foreign_stream" in d:
+        return f"FOREIGN RESULT STREAM on {cluster}: {d['foreign_stream']} is no node's (never evidence)"
+    if "inconclusive" in d and "shape" in d:
+        share = f"{d['inconclusive']} of {d['verdicts']} verdicts"
+        return f"ONE UNRECOGNISED SHAPE on {cluster} made {share} inconclusive: {d['shape']}"
     if "shape" in d:
         return f"NEW RESULT-LINE SHAPE on {cluster}: {d['shape']} (never a pass until a pattern knows it)"
     if "silent_nodes" in d:
@@ -163,6 +168,10 @@ def _reading(d: Mapping[str, Any], cluster: str, _w: str) -> str | None:
 def _overdue(d: Mapping[str, Any], cluster: str, _w: str) -> str:
     took = duration(d["in_progress_s"])
     return f"CHECK OVERDUE on {cluster}: operation {d.get('operation_id') or '?'} in progress for {took}"
+
+
+def _waiting(d: Mapping[str, Any], _c: str, where: str) -> str:
+    return f"WAITING FOR A CHECK in {where}: {d['node']} ready for {duration(d['waited_s'])}, not checked yet"
 
 
 def _deferral(d: Mapping[str, Any], _c: str, where: str) -> str:
@@ -184,6 +193,7 @@ SUMMARIES: dict[str, Callable[[Mapping[str, Any], str, str], str | None]] = {
     "reading-observed": _reading,
     "check-overdue": _overdue,
     "job-deferral": _deferral,
+    "check-waiting": _waiting,
 }
 # What a detail of an unexpected shape may raise while it is summarised (never out of `render`).
 _SHAPE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)
@@ -246,7 +256,12 @@ def commands(kind: str, cluster: str, group: str, detail: Mapping[str, Any]) -> 
     if kind == "job-deferral" and group:
         return [f"hpdhc nodes {c} --group {g}"]
     if kind == "reading-observed":
+        given = detail.get("commands")
+        if isinstance(given, list) and all(isinstance(cmd, str) for cmd in given) and given:
+            return [clip(cmd, 300) for cmd in given[:4]]
         return [f"hpdhc readings {c}"]
+    if kind == "check-waiting":
+        return [*history, f"hpdhc status --cluster {c}", f"hpdhc breakers {c}"]
     if kind == "check-overdue":
         return [f"hpdhc status --cluster {c}", f"hpdhc readings {c}"]
     return history or [f"hpdhc status --cluster {c}"]

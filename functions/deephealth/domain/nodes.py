@@ -178,6 +178,10 @@ class NodeRecord(BaseModel):
     attempts: int = 0  # recovery actions so far (ours or HyperPod's)
     inconclusive_count: int = 0
     reversals: int = 0  # passes turned into failed or inconclusive by a result line that arrived after them
+    # Re-checks a failure on a stream that is no node's has cost this instance (at most one: `verdicts`).
+    anonymous_rechecks: int = 0
+    # When the node was said to have waited too long for a check (`wait_alert_s`); cleared once a check takes it.
+    wait_alerted_at: float | None = None
     action: Action | None = None
     action_at: float | None = None
     action_retries: int = 0
@@ -303,6 +307,7 @@ def recheck(
         recovery_hint=None,
         check_types=None,
         check_set_size=None,
+        anonymous_rechecks=0,
         **changes,
     )
 

@@ -30,10 +30,12 @@ from deephealth.domain.nodes import (
 )
 from deephealth.domain.policy import GroupContext, NodeRecovery
 from deephealth.domain.recovery import apply_verdict, observe_recovering, observe_recovery_due, plan_recovery
-from deephealth.domain.result_lines import required_tests
-from deephealth.domain.results import ResultLog
+from deephealth.domain.result_log import ResultLog
 from deephealth.domain.rounds import expected_for, lines_due
-from deephealth.domain.verdicts import Look, judge_check, left_check, window_end
+from deephealth.domain.verdicts import Look, judge_check, left_check
+from deephealth.evidence.efa import efa_devices
+from deephealth.evidence.judge import Requirements
+from deephealth.evidence.rules import required_tests
 
 # A node missing from listings for this long is gone; shorter gaps happen while HyperPod retries a launch.
 GONE_AFTER_S = 15 * 60
@@ -45,7 +47,7 @@ class Observation:
     # The cluster's, as DescribeCluster says it: a value this code does not know passes through (acts as "None").
     node_recovery: NodeRecovery | str
     trigger: str  # event id, round id or "reconcile", for the audit trail
-    # The result lines read in this look; None when the caller did not read them, in which case nodes that left
+    # The result log read in this look; None when the caller did not read it, in which case nodes that left
     # their check keep waiting for a look that did.
     results: ResultLog | None = None
     # Whether an on-demand check operation is in progress on the cluster (None: not asked in this look).
@@ -285,6 +287,14 @@ def _first_sight(
         # It failed HyperPod's on-start check before any look saw it in it: watched like the others, so that the
         # next look judges it (failed, on its status) instead of it never being recorded.
         return _start_observing(record, obs, seen=False)
+    if failure_like(snapshot.status):
+        # Its launch failed before it was ever Running: recorded now, so that a launch HyperPod never retries is
+        # acted on after HyperPod's grace (or recorded failed, as policy says) instead of never being seen.
+        waiting, decision = transition(
+            record, obs.now, NodeState.PENDING, f"first seen in {snapshot.status}: its launch failed", obs.trigger,
+            status=snapshot.status, status_at=obs.now,
+        )  # fmt: skip
+        return _pending(waiting, snapshot, ctx, obs) or (waiting, decision)
     if snapshot.status != RUNNING:
         return None  # still provisioning: the next event or listing brings it back
     if ctx.observe_only:
@@ -319,17 +329,16 @@ def _verdict(
     started = record.check_started_at
     if obs.results is not None and started is not None and lines_due(record, snapshot, obs.now, ctx.settle_s,
                                                                       expected_for(types)):  # fmt: skip
-        evidence = obs.results.evidence(record.key, started, window_end(record))
+        evidence = obs.results.evidence(record)
     look = Look(
         obs.now,
         evidence,
         obs.check_active,
         ctx.policy.check_timeout_s,
         ctx.settle_s,
-        required=required_tests(types),
+        requirements=requirements(record, ctx),
         silent_pass_after_s=ctx.revisit_s if ctx.policy.pass_on_silence else None,
         revisit_s=ctx.revisit_s,
-        nccl_set=record.check_set_size,
     )
     judgement = judge_check(record, snapshot, look)
     if judgement is None:
@@ -345,6 +354,14 @@ def _verdict(
         new_instance_id=snapshot.instance_id if snapshot else None,
         recheck=judgement.recheck,
         hint=Action(judgement.hint) if judgement.hint else None,
+        anonymous=judgement.anonymous,
+    )
+
+
+def requirements(record: NodeRecord, ctx: GroupContext) -> Requirements:
+    """What the node's current check must prove: its check types' tests, on as many EFA devices as its type has."""
+    return Requirements(
+        required_tests(checked_for(record, ctx)), efa_devices(record.instance_type, ctx.policy.efa_devices)
     )
 
 

@@ -6,6 +6,8 @@ configuration parameter at run time, so a typo fails `cdk synth`, not a 3 a.m. r
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 import re
 from dataclasses import dataclass
@@ -13,6 +15,8 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator, model_validator
+
+from deephealth.evidence.rules import NO_OPERATOR_RULES, OperatorRules, PatternError, compile_patterns, merge_patterns
 
 CHECK_TYPES = ("InstanceStress", "InstanceConnectivity", "MultiNodeTrainingValidation")
 GROUP_NAME_PATTERN = r"^[a-zA-Z0-9](-*[a-zA-Z0-9]){0,62}$"
@@ -59,6 +63,7 @@ NotificationKind = Literal[
     "reading-observed",
     "check-overdue",
     "job-deferral",
+    "check-waiting",
 ]
 NOTIFICATION_KINDS: tuple[str, ...] = NotificationKind.__args__  # type: ignore[attr-defined]
 LadderStep = Literal["reboot", "replace"]
@@ -108,6 +113,15 @@ class Breaker(_Strict):
     max_failure_pct: Annotated[int, Field(ge=1, le=100)] | None = 50
     min_verdicts: Annotated[int, Field(ge=1, le=100_000)] = 10
     window_h: Annotated[int, Field(ge=1, le=24 * 30)] = 6
+
+
+def _patterns(raw: dict[str, Any]) -> dict[str, Any]:
+    """`result_patterns` as written, refused (naming each bad pattern) unless every one compiles and is safe."""
+    try:
+        compile_patterns(raw)
+    except PatternError as err:
+        raise ValueError(str(err)) from None
+    return raw
 
 
 class GroupPolicy(_Strict):
@@ -165,6 +179,19 @@ class GroupPolicy(_Strict):
     # (no drain) and checks each when the bridge reports it idle, within job_defer_max_s; "isolate" drains them
     # like new nodes until they pass.
     adopt: Literal["check-when-idle", "isolate"] = "check-when-idle"
+    # Result lines the built-in rules do not know, taught without a release (docs/OPERATIONS.md): `pass` per test,
+    # `neutral`, `failure`, each a list of RE2 patterns anchored ^...$ that match a record's whole message. Layers
+    # (defaults, a cluster's, "<group>", "<cluster>/<group>") add to each other; none removes another's.
+    result_patterns: dict[str, Any] = Field(default_factory=dict)
+    # EFA devices a node of the group must show an EFA pass line for; unset: its instance type's (evidence/efa.py).
+    efa_devices: Annotated[int, Field(ge=0, le=64)] | None = None
+    # A node that has waited this long for a check (ready, not held back by a job) is announced (`check-waiting`).
+    wait_alert_s: Annotated[int, Field(ge=600, le=7 * 86400)] = 4 * 3600
+
+    @field_validator("result_patterns")
+    @classmethod
+    def _patterns_compile(cls, raw: dict[str, Any]) -> dict[str, Any]:
+        return _patterns(raw)
 
     @field_validator("checks")
     @classmethod
@@ -214,10 +241,16 @@ class GroupPolicy(_Strict):
 
 
 class ClusterPolicy(_Strict):
-    """Safety limits for a whole cluster, across its instance groups."""
+    """Safety limits for a whole cluster, across its instance groups, and the result patterns of all its groups."""
 
     replace_budget: Budget = Budget(max_pct=20)
     breaker: Breaker = Breaker()
+    result_patterns: dict[str, Any] = Field(default_factory=dict)  # as GroupPolicy's: every group of the cluster
+
+    @field_validator("result_patterns")
+    @classmethod
+    def _patterns_compile(cls, raw: dict[str, Any]) -> dict[str, Any]:
+        return _patterns(raw)
 
 
 class ControllerConfig(_Strict):
@@ -279,11 +312,30 @@ class ControllerConfig(_Strict):
         merged = _deep_merge(self.cluster_defaults.model_dump(), override.model_dump(exclude_unset=True))
         return ClusterPolicy.model_validate(merged)
 
+    def result_rules(self, cluster: str, group: str | None) -> OperatorRules:
+        """The operator patterns that apply to a record of `group`'s nodes in `cluster` (None: a record on a stream
+        that is no node's: the cluster's and the defaults'), compiled once per process."""
+        layers = [self.cluster_policy(cluster).result_patterns, self.defaults.result_patterns]
+        if group is not None:
+            layers[1] = self.policy_for(cluster, group).result_patterns
+        return operator_rules(json.dumps(merge_patterns(*layers), sort_keys=True))
+
+
+@functools.lru_cache(maxsize=64)
+def operator_rules(patterns_json: str) -> OperatorRules:
+    patterns = json.loads(patterns_json)
+    return compile_patterns(patterns) if patterns else NO_OPERATOR_RULES
+
 
 def _deep_merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
     out = dict(base)
     for key, value in override.items():
-        out[key] = _deep_merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        if key == "result_patterns":
+            out[key] = merge_patterns(out.get(key), value)  # patterns add up; a layer never drops another's
+        elif isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _deep_merge(out[key], value)
+        else:
+            out[key] = value
     return out
 
 
@@ -309,6 +361,7 @@ class GroupContext:
     policy: GroupPolicy
     worker: bool = True  # Slurm controller/login groups are never checked or recovered
     on_start_checks: tuple[str, ...] = ()  # HyperPod's OnStartDeepHealthChecks for the group
+    rules: OperatorRules = NO_OPERATOR_RULES  # the operator patterns its nodes' records are classified with
     # The settle and revisit times the cluster's measured result-log lag gives this group's policy
     # (domain/readings.py); None: the policy's own, as before any lag was measured.
     measured_settle_s: float | None = None

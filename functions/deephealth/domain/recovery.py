@@ -94,9 +94,11 @@ def apply_verdict(
     new_instance_id: str | None = None,
     recheck: bool = True,
     hint: Action | None = None,
+    anonymous: bool = False,
 ) -> tuple[NodeRecord, Decision]:
     """The node's next state after `verdict`. `recheck=False`: an inconclusive verdict a re-check cannot settle
-    goes to `inconclusive` at once (an operator decides). `hint`: the recovery its failure lines ask for."""
+    goes to `inconclusive` at once (an operator decides). `hint`: the recovery its failure lines ask for.
+    `anonymous`: the one re-check a failure on a stream that is no node's costs (apart from `max_inconclusive`)."""
     outcomes = with_outcome(record.outcomes, now, verdict, record.instance_id)
     base: dict[str, object] = {
         "verdict": verdict,
@@ -122,6 +124,18 @@ def apply_verdict(
     if verdict == Verdict.PASSED:
         reason = "check passed" + (f" after {record.attempts} recovery action(s)" if record.attempts else "")
         return transition(record, now, NodeState.PASSED, reason, trigger, **base, inconclusive_count=0)
+    if anonymous:
+        return transition(
+            record,
+            now,
+            NodeState.PENDING,
+            f"{verdict.value}: a failure on a stream that is no node's fell in its window: re-check (once)",
+            trigger,
+            **base,
+            anonymous_rechecks=record.anonymous_rechecks + 1,
+            seen_in_progress=False,
+            check_started_at=None,
+        )
     if verdict == Verdict.GONE:
         return transition(record, now, NodeState.GONE, "node disappeared during the check", trigger, **base)
     if verdict == Verdict.REPLACED_BY_HYPERPOD:

@@ -64,6 +64,10 @@ def desired_state(record: NodeRecord, isolate_until_checked: bool) -> Desired | 
         word = f"{FAIL} {test}" if test else FAIL
         return Desired(reason(word, record, state.value.replace("_", " ")), Feature.FAILED)
     if state == NodeState.INCONCLUSIVE:
+        # Doubt costs a verdict, not the fleet: only a node that was never in service (a new node of an isolating
+        # group) stays out for it; an adopted node, or one that passed on this instance before, keeps its jobs.
+        if not isolate_until_checked or record.adopted or _passed_before(record):
+            return Desired(None, Feature.SKIPPED)
         return Desired(reason(INCONCLUSIVE, record, "deep health check proved nothing"), Feature.SKIPPED)
     # Pending or in a check: a node whose current instance passed its last check keeps taking jobs while it is
     # re-checked (revalidation); one never validated is isolated if its group says so.
@@ -197,6 +201,11 @@ def job_wait(waiting: Iterable[NodeRecord], now: float) -> int:
     """Seconds a round waits for these busy nodes: until the first report goes stale, JOB_WAIT_S at most."""
     stale_in = min(((r.slurm_busy_at or now) + BUSY_FRESH_S - now for r in waiting), default=JOB_WAIT_S)
     return min(JOB_WAIT_S, max(1, math.floor(stale_in) + 1))
+
+
+def _passed_before(record: NodeRecord) -> bool:
+    """The node's current instance passed a check once (it was in service)."""
+    return any(o.verdict == Verdict.PASSED for o in record.outcomes if o.instance_id == record.instance_id)
 
 
 def _validated(record: NodeRecord) -> bool:

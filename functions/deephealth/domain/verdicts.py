@@ -1,47 +1,38 @@
-"""The decision table: from evidence about one checked node to a verdict.
+"""The decision table: from what a look knows about one checked node to a verdict.
 
-HyperPod's API has no pass/fail field, so the verdict is inferred, and only positive evidence passes a node:
-- for every test its check ran (`result_lines.required_tests`), a recognised pass line of its own (or a summary
-  line that covers them; an NCCL summary naming no node proves the multi-node test of a node with lines of its own
-  in its window, when it tested a node set as large as the node's),
-  read once the lines have had `log_settle_s` to arrive after it left its check, it seen in
-  `DeepHealthCheckInProgress` and `Running` again, and no line about it that is not a pass;
-- or, for HyperPod's own on-start checks, `Running` after `DeepHealthCheckInProgress` (HyperPod isolates or
-  replaces a node that fails them) with no line about it that is not a pass;
-- or, only where a group's policy says so (`pass_on_silence`, for clusters that log no pass line): seen in the
-  check, `Running` again, HyperPod's check operation over, and no line at all about it for `revisit_s`.
-Failure evidence: a failure line of its own, `Failure` or a status the API does not document, HyperPod rebooting
-the node after the check, or its instance id changing under the same `NodeLogicalId` (HyperPod replaced it).
-Everything else is not a pass:
-- `skipped` (re-checked): no line at all (busy with a job, or superseded), or never in the check while
-  HyperPod's check operation ran to its end;
-- `inconclusive` and re-checked: its lines prove some tests passed but not all, `revisit_s` after its check (until
-  then the missing lines are waited for: they may only be late);
-- `inconclusive` for an operator (no re-check): a line about it that no pattern recognises, a failure or an
-  unrecognised line that names no node, pass lines that name no node, or still in `DeepHealthCheckInProgress`
-  after the operation ended.
-A passed node's window is read again for `revisit_s` (`judge_late`): a late line that would have kept it from
-passing reverses the verdict.
+HyperPod's API has no pass/fail field, so the verdict is inferred, and only positive evidence passes a node. The
+evidence half (`deephealth.evidence.judge.prove`: the node's own records in its window) says passed, failed,
+unrecognised, anonymous failure, incomplete or silent; this table adds HyperPod's statuses and the clock:
+- **passed**: its own records prove every test its check ran, read once they had the settle time to arrive after
+  it left its check, it seen in `DeepHealthCheckInProgress` and `Running` again; or, for HyperPod's own on-start
+  checks, `Running` after `DeepHealthCheckInProgress` (HyperPod isolates or replaces a node that fails them) with
+  nothing of its own that is not a pass; or, only where a group's policy says so (`pass_on_silence`), seen in the
+  check, `Running` again, HyperPod's check operation over and nothing of its own for `revisit_s`.
+- **failed**: a failure of its own; `Failure` or a status the API does not document; HyperPod rebooting the node
+  after the check; still `DeepHealthCheckInProgress` past its timeout while HyperPod's operation stays open, or
+  after the operation ended (HyperPod isolated it: the ladder's reboot or replacement ends the operation).
+- **replaced by HyperPod**: its instance id changed under the same `NodeLogicalId`.
+- **re-checked**: `skipped` when nothing of its own was written (busy with a job, superseded) or it was never in
+  the check while HyperPod's operation ran to its end; `inconclusive` (re-checked) when its own records prove some
+  tests but not all `revisit_s` after its check; once, when a failure on a stream that is no node's fell inside its
+  window (a second one no longer keeps it from passing: faulty hardware fails again on its own stream).
+- **inconclusive for an operator** (no re-check): a record of its own that no rule places.
+A passed node's window is read again for `revisit_s` (`judge_late`), and its failures by a server-filtered scan
+for a day: a failure that would have kept it from passing reverses the verdict.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from deephealth.domain.nodes import IN_PROGRESS, RUNNING, NodeRecord, NodeSnapshot, Verdict, failure_like
-from deephealth.domain.result_lines import Hint, ResultLine, Test
-from deephealth.domain.results import NodeEvidence
 from deephealth.domain.rounds import SKIP_GRACE_S, settled
+from deephealth.evidence.attribute import NodeEvidence
+from deephealth.evidence.classify import Finding
+from deephealth.evidence.judge import Proof, Requirements, prove
+from deephealth.evidence.rules import ALL_TESTS, Hint
 
-QUOTE = 300  # characters of a line quoted in a node's evidence
-# A node's check window ends this long after the first look that found it out of the check: a node's clock may run
-# ahead, and a line may be stamped when HyperPod closes the check after the node's status changed.
-LINE_SKEW_S = 300
-
-
-def window_end(record: NodeRecord) -> float | None:
-    """The end of the node's check window (None: it is still in its check, so it has none yet)."""
-    return None if record.check_left_at is None else record.check_left_at + LINE_SKEW_S
+ANONYMOUS_RECHECKS = 1  # re-checks a failure on a stream that is no node's may cost a node
 
 
 @dataclass(frozen=True)
@@ -49,7 +40,8 @@ class Judgement:
     verdict: Verdict
     evidence: tuple[str, ...]
     recheck: bool = True  # False: a re-check cannot settle it (an inconclusive verdict is final at once)
-    hint: Hint | None = None  # the recovery a failure line asks for (a DCGM summary's replacementRequired...)
+    hint: Hint | None = None  # the recovery a failure asks for (a DCGM summary's replacementRequired...)
+    anonymous: bool = False  # a re-check an anonymous failure costs (not counted against max_inconclusive)
 
 
 @dataclass(frozen=True)
@@ -57,20 +49,17 @@ class Look:
     """What one observation knows about a node's check besides its listing."""
 
     now: float
-    # The result lines bearing on the node, read in this look; None when they were not read (not settled yet).
+    # The node's evidence, read in this look; None when its records were not read (not settled yet).
     evidence: NodeEvidence | None
     # Whether an on-demand check operation is in progress on the cluster (None: not asked in this look).
     check_active: bool | None
     check_timeout_s: float
     log_settle_s: float
-    required: frozenset[Test] = frozenset(Test)  # the tests the node's check ran
-    # A node no line names passes this long after its check (policy `pass_on_silence`); None: it never does.
+    requirements: Requirements = field(default_factory=lambda: Requirements(ALL_TESTS))  # what its check must prove
+    # A node with nothing of its own passes this long after its check (policy `pass_on_silence`); None: never.
     silent_pass_after_s: float | None = None
-    # How long lines that are still missing are waited for before the node is checked again (`revisit_s`).
+    # How long records that are still missing are waited for before the node is checked again (`revisit_s`).
     revisit_s: float = 3600.0
-    # The node set its multi-node test ran on (its request's configuration); None: not known, so an anonymous
-    # NCCL summary cannot be tied to it.
-    nccl_set: int | None = None
 
 
 def left_check(record: NodeRecord, snapshot: NodeSnapshot, check_active: bool | None) -> bool:
@@ -83,8 +72,8 @@ def left_check(record: NodeRecord, snapshot: NodeSnapshot, check_active: bool | 
     return check_active is False and not record.observe_only  # on-start checks are not operations
 
 
-def quoted(line: ResultLine) -> str:
-    return f"[{line.level or 'no level'}] {line.text[:QUOTE]}"
+def quoted(findings: tuple[Finding, ...], prefix: str = "result log: ") -> tuple[str, ...]:
+    return tuple(f"{prefix}{f.quoted()}" for f in findings)
 
 
 def judge_check(record: NodeRecord, snapshot: NodeSnapshot | None, look: Look) -> Judgement | None:
@@ -103,13 +92,10 @@ def judge_check(record: NodeRecord, snapshot: NodeSnapshot | None, look: Look) -
         return None  # claimed, but no check of ours started yet: nothing the node shows is about a check
     evidence = look.evidence
     if evidence is not None and evidence.failures:
-        return Judgement(
-            Verdict.FAILED,
-            tuple(f"result log: {quoted(line)}" for line in evidence.failures[:3]),
-            hint=evidence.hint,
-        )
-    if evidence is not None and evidence.unresolved:
-        return None  # a line names someone this look cannot place: the next look at the whole cluster can
+        proof = prove(evidence, look.requirements)
+        return Judgement(Verdict.FAILED, quoted(proof.deciding), hint=proof.hint)
+    if evidence is not None and evidence.unplaced:
+        return None  # a failure on a stream this look cannot place: the next look at the whole cluster can
     status = snapshot.status
     if failure_like(status):
         known = "" if status == "Failure" else " (not a status the API documents: handled like Failure)"
@@ -120,12 +106,22 @@ def judge_check(record: NodeRecord, snapshot: NodeSnapshot | None, look: Look) -
     if record.check_left_at is None:
         return _in_check(record, status, elapsed, look)
     if not settled(record, look.log_settle_s, look.now) or evidence is None:
-        return None  # its result lines may still be on their way
+        return None  # its records may still be on their way
     return _after_check(record, status, evidence, look)
 
 
 def _in_check(record: NodeRecord, status: str, elapsed: float, look: Look) -> Judgement | None:
     if elapsed > look.check_timeout_s:
+        if status == IN_PROGRESS and record.seen_in_progress and (look.check_active or record.observe_only):
+            # HyperPod isolates a node that failed and may keep its operation open until someone reboots or
+            # replaces it: waiting longer wedges every later check of the cluster.
+            held = "its on-start check" if record.observe_only else "HyperPod's check operation still open"
+            return Judgement(
+                Verdict.FAILED,
+                (f"still {IN_PROGRESS} {int(elapsed)} s after the check started, {held}: isolated, failed by status",),
+            )
+        if status == IN_PROGRESS and look.check_active is None:
+            return None  # whether HyperPod's operation still runs decides; the next look that asks says
         return Judgement(Verdict.INCONCLUSIVE, (f"status {status} {int(elapsed)} s after the check started (timeout)",))
     if status == RUNNING and not record.seen_in_progress and elapsed >= SKIP_GRACE_S and look.check_active is False:
         return Judgement(
@@ -135,47 +131,18 @@ def _in_check(record: NodeRecord, status: str, elapsed: float, look: Look) -> Ju
     return None  # in the check, not started yet (HyperPod may start slowly), or moving (Detach/Attach...)
 
 
-def _not_a_pass(evidence: NodeEvidence) -> Judgement | None:
-    """Lines that bear on the node and keep it from passing without failing it: an operator decides."""
-    if evidence.unrecognised:
-        return Judgement(
-            Verdict.INCONCLUSIVE,
-            tuple(f"a result line about it that no pass or failure pattern recognises: {quoted(line)}"
-                  for line in evidence.unrecognised[:3]),
-            recheck=False,
-        )  # fmt: skip
-    anonymous = evidence.anonymous_failures + evidence.anonymous_unrecognised
-    if anonymous:
-        # Even with pass lines of its own: the anonymous line may be another of its tests failing.
-        return Judgement(
-            Verdict.INCONCLUSIVE,
-            (
-                f"{len(anonymous)} result line(s) that are not a pass name no node (or one no record knows): "
-                f"cannot tell whose; e.g. {quoted(anonymous[0])}",
-            ),
-            recheck=False,
-        )
-    return None
-
-
 def _after_check(record: NodeRecord, status: str, evidence: NodeEvidence, look: Look) -> Judgement | None:
-    if (blocked := _not_a_pass(evidence)) is not None:
-        return blocked
-    missing = look.required - evidence.proven - _anonymous_nccl(evidence, look)
-    if not missing and status == RUNNING:
-        if record.seen_in_progress or record.observe_only:
-            proven = ", ".join(sorted(look.required))
-            return Judgement(Verdict.PASSED, (f"{IN_PROGRESS} -> Running; result lines say {proven} passed",))
-        # Pass lines, but no look saw this check run on it (another check's lines?): not evidence enough.
+    proof = prove(evidence, look.requirements)
+    if proof.outcome == "unrecognised":
+        return Judgement(Verdict.INCONCLUSIVE, _unrecognised(proof), recheck=False)
+    if status == IN_PROGRESS and not record.observe_only:
         return Judgement(
-            Verdict.SKIPPED,
-            (f"result lines say passed, but it was never seen in {IN_PROGRESS}: checked again",),
+            Verdict.FAILED,
+            (f"still {IN_PROGRESS} after HyperPod's check operation ended: isolated, failed by status",),
         )
     if status == IN_PROGRESS:
         return Judgement(
-            Verdict.INCONCLUSIVE,
-            (f"still {IN_PROGRESS} after HyperPod's check operation ended; no failure line names it",),
-            recheck=False,
+            Verdict.INCONCLUSIVE, (f"in {IN_PROGRESS} again after its on-start check ended",), recheck=False
         )
     if status != RUNNING:
         # Being moved or re-provisioned: its listing will say more, within the time a check may take.
@@ -186,66 +153,86 @@ def _after_check(record: NodeRecord, status: str, evidence: NodeEvidence, look: 
                 recheck=False,
             )
         return None
+    if proof.outcome in ("passed", "anonymous-failure"):
+        if not (record.seen_in_progress or record.observe_only):
+            # Pass records, but no look saw this check run on it (another check's records?): not evidence enough.
+            return Judgement(
+                Verdict.SKIPPED, (f"its records say passed, but it was never seen in {IN_PROGRESS}: checked again",)
+            )
+        return _pass(record, evidence, f"{IN_PROGRESS} -> Running; {proof.why}")
     if record.observe_only and record.seen_in_progress:
         # HyperPod isolates or replaces a node that fails its on-start checks: Running after them is its pass (a node
-        # first seen already Running may never have had them: it needs lines, or a check of ours).
-        return Judgement(Verdict.PASSED, ("Running after HyperPod's on-start checks; no line about it is not a pass",))
-    if evidence.own_lines:
+        # first seen already Running may never have had them: it needs records, or a check of ours).
+        return _pass(record, evidence, "Running after HyperPod's on-start checks; nothing of its own is not a pass")
+    if proof.outcome == "incomplete":
         if record.check_left_at is not None and look.now - record.check_left_at < look.revisit_s:
-            return None  # the other tests' lines are late (later than the settle time): wait rather than re-check
-        proven = ", ".join(sorted(evidence.proven)) or "nothing"
+            return None  # the other tests' records are late (later than the settle time): wait rather than re-check
+        return Judgement(Verdict.INCONCLUSIVE, (proof.why,))
+    return _silent(record, evidence, look)
+
+
+def _pass(record: NodeRecord, evidence: NodeEvidence, why: str) -> Judgement:
+    """A pass, unless a failure on a stream that is no node's fell in its window and has not cost its re-check yet."""
+    anonymous = evidence.anonymous_failures
+    if not anonymous:
+        return Judgement(Verdict.PASSED, (why,))
+    if record.anonymous_rechecks < ANONYMOUS_RECHECKS:
+        stream = anonymous[0].record.stream
         return Judgement(
-            Verdict.INCONCLUSIVE,
-            (f"its result lines prove {proven}, but none says {', '.join(sorted(missing))} passed",),
-        )
-    if evidence.anonymous_passes:
-        return Judgement(
-            Verdict.INCONCLUSIVE,
-            ("result lines exist but none names this instance: cannot tell whether it passed",),
-            recheck=False,
-        )
-    return _silent(record, look)
+            Verdict.SKIPPED,
+            (f"a failure in its window on a stream that is no node's ({stream}): checked again once",
+             *quoted(anonymous[:1])),
+            anonymous=True,
+        )  # fmt: skip
+    note = f"a failure on a stream that is no node's ({anonymous[0].record.stream}) ignored after its re-check"
+    return Judgement(Verdict.PASSED, (why, note))
 
 
-def _anonymous_nccl(evidence: NodeEvidence, look: Look) -> frozenset[Test]:
-    """An NCCL summary naming no node proves the multi-node test of a node that wrote lines of its own (it took
-    part in the check) when it says it tested a node set at least as large as the node's (`NcclNodes`)."""
-    tied = look.nccl_set is not None and 0 < look.nccl_set <= evidence.anonymous_nccl_nodes
-    return evidence.anonymous_proven & {Test.NCCL} if tied and evidence.own_lines else frozenset()
+def _unrecognised(proof: Proof) -> tuple[str, ...]:
+    return tuple(f"a record of its own that no rule places: {f.quoted()}" for f in proof.deciding)
 
 
-def _silent(record: NodeRecord, look: Look) -> Judgement | None:
-    """No line at all about the node, which is back to Running after the check."""
+def _silent(record: NodeRecord, evidence: NodeEvidence, look: Look) -> Judgement | None:
+    """Nothing of its own about the node, which is back to Running after the check."""
     wait = look.silent_pass_after_s
     if wait is None:
         return Judgement(
             Verdict.SKIPPED,
-            (f"{IN_PROGRESS} -> Running with no result line: skipped (queued behind a job) or its check superseded",),
+            (f"{IN_PROGRESS} -> Running with no result record: skipped (queued behind a job) or its check superseded",),
         )
     if not record.seen_in_progress:
-        return Judgement(Verdict.SKIPPED, (f"no result line, and never seen in {IN_PROGRESS}: checked again",))
+        return Judgement(Verdict.SKIPPED, (f"no result record, and never seen in {IN_PROGRESS}: checked again",))
     if record.check_left_at is None or look.now - record.check_left_at < wait or look.check_active is not False:
-        return None  # no line yet: silence proves something only once it has lasted, and the operation is over
-    return Judgement(
-        Verdict.PASSED,
-        (
-            f"seen in {IN_PROGRESS}, Running again, HyperPod's check operation over, and no result line about it "
-            f"for {int(wait)} s (pass_on_silence)",
-        ),
+        return None  # no record yet: silence proves something only once it has lasted, and the operation is over
+    return _pass(
+        record,
+        evidence,
+        f"seen in {IN_PROGRESS}, Running again, HyperPod's check operation over, and no result record about it "
+        f"for {int(wait)} s (pass_on_silence)",
     )
 
 
-def judge_late(evidence: NodeEvidence) -> Judgement | None:
-    """A passed node's check window read again: the verdict its lines would have given had the late ones been on
-    time, when that is not a pass (a failure, or an operator's call); None while they still say it passed."""
-    if evidence.unresolved:
-        return None  # the next look at the whole cluster places the line
+def judge_late(record: NodeRecord, evidence: NodeEvidence) -> Judgement | None:
+    """A passed node's window read again: the verdict its records would have given had the late ones been on time,
+    when that is not a pass; None while they still say it passed."""
+    if evidence.unplaced:
+        return None  # the next look at the whole cluster places the record
     if evidence.failures:
-        lines = "; ".join(quoted(line) for line in evidence.failures[:3])
+        lines = "; ".join(f.quoted() for f in evidence.failures[:3])
+        hint = prove(evidence, Requirements(frozenset())).hint
+        return Judgement(Verdict.FAILED, (f"verdict reversed: a failure arrived after the pass: {lines}",), hint=hint)
+    if evidence.unrecognised:
         return Judgement(
-            Verdict.FAILED, (f"verdict reversed: a failure line arrived after the pass: {lines}",), hint=evidence.hint
+            Verdict.INCONCLUSIVE,
+            ("verdict reversed: a record arrived after the pass", *(f.quoted() for f in evidence.unrecognised[:3])),
+            recheck=False,
         )
-    if (blocked := _not_a_pass(evidence)) is not None:
-        return Judgement(Verdict.INCONCLUSIVE, ("verdict reversed: a line arrived after the pass", *blocked.evidence),
-                         recheck=False)  # fmt: skip
+    if evidence.anonymous_failures and record.anonymous_rechecks < ANONYMOUS_RECHECKS:
+        first = evidence.anonymous_failures[0]
+        return Judgement(
+            Verdict.SKIPPED,
+            (f"verdict reversed: a failure on a stream that is no node's ({first.record.stream}) fell in its window: "
+             f"checked again once", first.quoted()),
+            anonymous=True,
+        )  # fmt: skip
     return None

@@ -62,6 +62,19 @@ def get_node(cluster: Cluster, node: Annotated[str, Path(pattern=NODE_REF_PATTER
     return found
 
 
+@app.get(
+    "/clusters/<cluster>/nodes/<node>/capture",
+    summary="The node's last check as a captured check: its result log events, window and check types",
+)
+def capture_check(cluster: Cluster, node: Annotated[str, Path(pattern=NODE_REF_PATTERN)]) -> dict[str, Any]:
+    found = operator_views.capture_check(CONTEXT, cluster, node)
+    if found is None:
+        raise NotFoundError(f"node {node} is not known in cluster {cluster}")
+    if not found:
+        raise NotFoundError(f"node {node} of cluster {cluster} has had no check yet")
+    return found
+
+
 @app.post("/clusters/<cluster>/checks", summary="Queue on-demand deep health checks into the next round")
 def request_checks(cluster: Cluster, request: CheckRequest) -> Response[dict[str, Any]]:
     principal = app.current_event.request_context.identity.user_arn or "unknown principal"

@@ -24,6 +24,7 @@ from deephealth.domain.policy import ControllerConfig, GroupContext
 from deephealth.domain.readings import ClusterReadings
 from deephealth.domain.rounds import LEASE_TTL_S, RoundState
 from deephealth.domain.safety import due_recoveries, progress_possible
+from deephealth.evidence.rules import NO_OPERATOR_RULES, OperatorRules
 from deephealth.observability import logger
 
 # DescribeCluster answers change rarely (groups, NodeRecovery); a warm Lambda reuses them this long. Reconcile
@@ -46,6 +47,8 @@ class ClusterView:
     # Every record of the cluster, where `records` holds only some: whose names a result line may carry.
     everyone: dict[str, NodeRecord] | None = None
     operations_asked: bool = False  # this look asked ListClusterOperations
+    # The operator patterns a record on a stream that is no node's is classified with (the cluster's and defaults').
+    foreign_rules: OperatorRules = NO_OPERATOR_RULES
 
     def names(self) -> dict[str, NodeRecord] | None:
         """Every record of the cluster, if this view has them (None: result lines cannot be attributed here)."""
@@ -93,7 +96,10 @@ class Context:
         config = self.config()
         groups = {
             name: GroupContext(
-                policy=config.policy_for(cluster, name), worker=g.worker, on_start_checks=g.on_start_checks
+                policy=config.policy_for(cluster, name),
+                worker=g.worker,
+                on_start_checks=g.on_start_checks,
+                rules=config.result_rules(cluster, name),
             )
             for name, g in info.groups.items()
         }
@@ -110,7 +116,9 @@ class Context:
         records = self.table.load_cluster(cluster) if load_records else {}
         current = {k: r for k, r in records.items() if r.cluster_id in (None, info.cluster_id)}
         previous = {k: r for k, r in records.items() if k not in current}
-        return ClusterView(info, groups, current, previous=previous, readings=readings, complete=load_records)
+        view = ClusterView(info, groups, current, previous=previous, readings=readings, complete=load_records)
+        view.foreign_rules = config.result_rules(cluster, None)
+        return view
 
     def readings(self, info: ClusterInfo) -> ClusterReadings:
         """What the cluster was seen to do; a cluster recreated under the same name starts afresh."""

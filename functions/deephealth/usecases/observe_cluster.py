@@ -3,8 +3,11 @@ operations) folded into the node records, every change saved; and closing out a 
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
+
 from deephealth.adapters.hyperpod import ActiveCheck
-from deephealth.domain.late_evidence import revisiting
+from deephealth.domain.late_evidence import revisiting, scanned
 from deephealth.domain.nodes import (
     IN_PROGRESS,
     RUNNING,
@@ -15,9 +18,12 @@ from deephealth.domain.nodes import (
     round_seq_of,
 )
 from deephealth.domain.observe import Observation, checked_for, close_out, observe
-from deephealth.domain.results import NameIndex, ResultLog
+from deephealth.domain.result_log import ResultLog, failures_from, previous_verdict_at
 from deephealth.domain.rounds import SKIP_GRACE_S, ListingWindow, expected_for, lines_due, watchable
 from deephealth.domain.slurm import ADOPT_AFTER_S
+from deephealth.evidence.attribute import SKEW_MAX_S
+from deephealth.evidence.records import Event
+from deephealth.evidence.rules import OperatorRules
 from deephealth.usecases.context import ClusterView, Context
 from deephealth.usecases.decisions import save_and_announce
 from deephealth.usecases.readings import note_look
@@ -108,26 +114,13 @@ def fold(
     orphaned_before: int | None = None,
     ask_operations: bool = True,
 ) -> list[tuple[NodeRecord, Decision]]:
-    """Observe every node in `snapshots` or `view.records`. The result logs are read once, when a look at the
-    whole cluster finds a node whose lines are due (out of its check `settle_s` ago, or overdue in it) or a passed
-    node still being revisited; HyperPod's check operations are asked about once, when a verdict hangs on them
-    (and `ask_operations`: a round's polls ask at most every OPERATIONS_LOOK_S)."""
+    """Observe every node in `snapshots` or `view.records`. The result log is read at most once (`_read`); HyperPod's
+    check operations are asked about once, when a verdict hangs on them (and `ask_operations`: a round's polls ask
+    at most every OPERATIONS_LOOK_S)."""
     view.snapshots = snapshots
     now = ctx.clock()
     checking = [r for r in view.records.values() if r.state == NodeState.CHECKING and r.check_started_at]
-    results = None
-    everyone = view.names()
-    # Passed nodes are revisited by looks at the whole cluster (a look at a round's members folds only those).
-    whole = view.records if view.complete else {}
-    revisited = [r for r in whole.values() if (g := view.groups.get(r.group)) and revisiting(r, g, now)]
-    # Only every record can tell a line of a node it does not know from an anonymous one.
-    if everyone is not None and (revisited or any(lines_due_in(r, snapshots.get(r.key), view, now) for r in checking)):
-        # From the earliest window still open: every line of it is counted in the cluster's readings once.
-        open_windows = [r for r in everyone.values() if r.state == NodeState.CHECKING and r.check_started_at]
-        since = min(r.check_started_at or now for r in (*open_windows, *revisited))
-        index = NameIndex.of(everyone.values(), snapshots.values())
-        lines = ctx.logs.lines_since(view.info.log_group, since)
-        results = ResultLog(lines, since=since, read_at=now, index=index, names_complete=view.complete)
+    results = _read(ctx, view, snapshots, checking, now)
     active: ActiveCheck | None = None
     asked = ask_operations and any(_ask_operation(r, snapshots.get(r.key), view, now) for r in checking)
     view.operations_asked = asked
@@ -150,6 +143,68 @@ def fold(
     ]
     note_look(ctx, view, results, changes, active if asked else None, now)
     return changes
+
+
+def _read(
+    ctx: Context, view: ClusterView, snapshots: dict[str, NodeSnapshot], checking: list[NodeRecord], now: float
+) -> ResultLog | None:
+    """The cluster's result log as one look needs it, or None when nothing is due. Every event since the earliest
+    window still open (a checking node's, or a passed node's still revisited), when a node's records are due or a
+    node is revisited; and, before that, only the failure family (a server-filtered scan: a prefilter, its hits
+    judged like everything else) back to the earliest failure edge: a checking node's earlier checks (when it had
+    one) since its last pass or recovery, and, in a look at the whole cluster, every node passed in the last day
+    (SCAN_S), whose pass a failure delivered after its revisit still takes back."""
+    everyone = view.names()
+    if everyone is None:
+        return None  # only every record can tell a stream of a node it does not know from one that is no node's
+    # Passed nodes are revisited and scanned by looks at the whole cluster (a poll folds only its members).
+    whole = list(view.records.values()) if view.complete else []
+    revisited = [r for r in whole if (g := view.groups.get(r.group)) and revisiting(r, g, now)]
+    due = any(lines_due_in(r, snapshots.get(r.key), view, now) for r in checking)
+    open_windows = [r for r in everyone.values() if r.state == NodeState.CHECKING and r.check_started_at]
+    late = [r for r in whole if scanned(r, now)]
+    if not (due or revisited or late):
+        return None
+    full_from = min(((r.check_started_at or now) - SKEW_MAX_S for r in (*open_windows, *revisited)), default=None)
+    rechecked = [r for r in open_windows if previous_verdict_at(r) is not None] if due else []
+    edges = [_failures_edge(r, now) for r in (*rechecked, *late)]
+    scan_from = min(edges, default=None)
+    events: tuple[Event, ...] = ()
+    if full_from is not None and (due or revisited):
+        events = ctx.logs.events_since(view.info.log_group, full_from)
+    else:
+        full_from = None
+    if scan_from is not None and (full_from is None or scan_from < full_from):
+        seen = {_identity(e) for e in events}
+        hits = ctx.logs.failure_events(view.info.log_group, scan_from)
+        events = (*events, *(e for e in hits if _identity(e) not in seen))
+    else:
+        scan_from = None
+    since = min(t for t in (full_from, scan_from) if t is not None)
+    filtered_before = math.inf if full_from is None else full_from
+    return ResultLog.of(events, everyone.values(), snapshots.values(), _rules(view), since=since, read_at=now,
+                        complete=view.complete, failures_before=filtered_before)  # fmt: skip
+
+
+def _failures_edge(record: NodeRecord, now: float) -> float:
+    """Where a node's failures may be stamped: from its check's start or its failures' edge (an earlier check of the
+    instance that did not pass), whichever is earlier, less the most skew allowed."""
+    started = record.check_started_at or now
+    return min(started, failures_from(record) or started) - SKEW_MAX_S
+
+
+def _identity(event: Event) -> tuple[str, int, str] | str:
+    return event.event_id or (event.stream, event.timestamp_ms, event.message)
+
+
+def _rules(view: ClusterView) -> Callable[[str | None], OperatorRules]:
+    """The operator patterns a record of a node of `group` is classified with (None: a stream that is no node's)."""
+
+    def rules(group: str | None) -> OperatorRules:
+        context = view.groups.get(group) if group is not None else None
+        return context.rules if context is not None else view.foreign_rules
+
+    return rules
 
 
 def lines_due_in(record: NodeRecord, snapshot: NodeSnapshot | None, view: ClusterView, now: float) -> bool:

@@ -9,11 +9,18 @@ from typing import Any
 
 from deephealth.domain.errors import ClusterNotFound
 from deephealth.domain.limits import budget_use, failure_counts
-from deephealth.domain.nodes import NodeRecord, NodeState
+from deephealth.domain.nodes import NodeRecord, NodeState, short_hostname
+from deephealth.domain.observe import checked_for
 from deephealth.domain.on_demand import find
 from deephealth.domain.readings import ClusterReadings
+from deephealth.domain.result_log import ResultLog, previous_verdict_at
 from deephealth.domain.views import group_views, node_detail, node_summary, state_counts
+from deephealth.evidence.attribute import SKEW_MAX_S, Ownership
+from deephealth.evidence.capture import Capture
+from deephealth.evidence.rules import merge_patterns
 from deephealth.usecases.context import Context
+
+CAPTURE_MAX_EVENTS = 5000  # a captured check's events (its own stream first): well under the API's 6 MB answer
 
 
 def list_clusters(ctx: Context) -> list[dict[str, Any]]:
@@ -118,12 +125,13 @@ def get_readings(ctx: Context, cluster: str) -> dict[str, Any]:
         "instance_in_line": readings.instance_in_line,
         "shapes": {k: v.model_dump() for k, v in sorted(readings.shapes.items())},
         "pass_lines": readings.pass_lines,
-        "peer_lines": readings.peer_lines,
-        "anonymous_nccl": readings.anonymous_nccl,
+        "foreign_streams": {k: v.model_dump() for k, v in sorted(readings.foreign_streams.items())},
+        "inconclusive_by_shape": readings.inconclusive_by_shape,
+        "verdicts": readings.verdicts,
         "lag": {
             "min_s": readings.lag_min_s,
             "max_s": readings.lag_max_s,
-            "histogram": readings.lag_histogram,
+            "lateness": {k: round(b.weight, 2) for k, b in readings.lateness.items()},
             "late_lines": readings.late_lines,
             "settle_s": {name: g.settle_s for name, g in watched.items()},
             "revisit_s": {name: g.revisit_s for name, g in watched.items()},
@@ -133,3 +141,50 @@ def get_readings(ctx: Context, cluster: str) -> dict[str, Any]:
         "silent_nodes": readings.silent_nodes,
         "as_fidelity": readings.as_fidelity(),
     }
+
+
+def capture_check(ctx: Context, cluster: str, ref: str) -> dict[str, Any] | None:
+    """The node's last check as the controller reads it, as a captured check (`deephealth.evidence.capture`): its
+    own stream's events from its window (widened as far as a clock's skew may) to now, and those of streams that are
+    no node's; other nodes' streams are left out. None: no such node; {}: it has had no check yet."""
+    ctx.known_cluster(cluster)
+    view = ctx.shown(cluster)
+    record = find(view.records, ref)
+    if record is None:
+        return None
+    started = record.check_started_at
+    group = view.groups.get(record.group)
+    if started is None or group is None:
+        return {}
+    since = started - SKEW_MAX_S
+    events = ctx.logs.events_since(view.info.log_group, since)
+    read = ResultLog.of(events, view.records.values(), since=since, read_at=ctx.clock())
+    kept = {id(e) for f, how, owner in read.placed if how == Ownership.FOREIGN or owner == record.key
+            for e in f.record.events}  # fmt: skip
+    mine = sorted((e for e in events if id(e) in kept), key=lambda e: (e.stream != _own_stream(read, record.key), 0))
+    revisit_until = None
+    if record.state == NodeState.PASSED and record.verdict_at is not None:
+        revisit_until = record.verdict_at + group.revisit_s
+    patterns = merge_patterns(ctx.config().cluster_policy(cluster).result_patterns, group.policy.result_patterns)
+    capture = Capture(
+        events=tuple(sorted(mine[:CAPTURE_MAX_EVENTS], key=lambda e: (e.stream, e.timestamp_ms))),
+        instance_id=record.instance_id or record.key,
+        checks=tuple(checked_for(record, group)),
+        check_started_at=started,
+        check_left_at=record.check_left_at,
+        hostname=short_hostname(record.hostname),
+        instance_type=record.instance_type,
+        logical_id=record.logical_id,
+        nccl_set_size=record.check_set_size,
+        result_patterns=patterns,
+        efa_devices=group.policy.efa_devices,
+        previous_verdict_at=previous_verdict_at(record),
+        revisit_until=revisit_until,
+        anonymous_rechecks=record.anonymous_rechecks,
+    )
+    return {**capture.as_json(), "captured": {"cluster": cluster, "node": record.key, "state": record.state.value,
+                                              "verdict": record.verdict, "evidence": record.evidence}}  # fmt: skip
+
+
+def _own_stream(read: ResultLog, key: str) -> str | None:
+    return next((f.record.stream for f, owner in read.owned() if owner == key), None)

@@ -8,9 +8,10 @@ from collections import Counter
 
 from deephealth.domain.errors import ClusterNotFound
 from deephealth.domain.on_demand import due_for_revalidation, queue_checks
+from deephealth.domain.waiting import overdue_waits
 from deephealth.observability import MetricUnit, logger, metrics
 from deephealth.usecases.context import Context
-from deephealth.usecases.decisions import save_and_announce
+from deephealth.usecases.decisions import notify, save_and_announce
 from deephealth.usecases.observe_cluster import close_cluster, observe_cluster
 
 CLOSING_STATUSES = frozenset({"Deleting", "Failed"})
@@ -62,6 +63,22 @@ def reconcile_cluster(ctx: Context, cluster: str, trigger: str) -> str:
         )
         for saved in save_and_announce(ctx, queued):
             view.records[saved.key] = saved
+    for saved in save_and_announce(ctx, overdue_waits(view.records.values(), view.groups, ctx.clock(), trigger)):
+        view.records[saved.key] = saved
+        waited = int(ctx.clock() - (saved.ready_at or ctx.clock()))
+        notify(
+            ctx,
+            "check-waiting",
+            cluster,
+            saved.group,
+            f"hyperpod-dhc: {saved.key} has waited {waited // 60} min for a deep health check",
+            {
+                "node": saved.key,
+                "instance_id": saved.instance_id,
+                "waited_s": waited,
+                "evidence": [saved.history[-1].reason],
+            },
+        )
     if ctx.progress(view) is not None:
         ctx.start_round(cluster)
     states = Counter(r.state.value for r in view.records.values())
