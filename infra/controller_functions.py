@@ -112,8 +112,9 @@ FUNCTIONS: Mapping[str, FunctionSpec] = {
     "Api": FunctionSpec(
         "deephealth.handlers.api.lambda_handler",
         30,
-        "Operator REST API: cluster, group and node views; queues on-demand checks",
+        "Operator REST API: cluster, group and node views; queues on-demand checks; captures a node's check",
         ("DescribeCluster",),
+        reads_check_logs=True,  # GET .../nodes/{node}/capture (hpdhc readings capture)
     ),
 }
 # Exactly the DynamoDB calls of the code (adapters/node_table.py), instead of grant_read_write_data's twelve

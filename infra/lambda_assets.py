@@ -32,6 +32,8 @@ RUNTIME = lambda_.Runtime.PYTHON_3_13
 ARCHITECTURE = lambda_.Architecture.ARM_64
 PYTHON_VERSION = "3.13"  # must match RUNTIME: the layer holds cp313 wheels (pydantic-core)
 PIP_PLATFORM = "manylinux2014_aarch64"  # must match ARCHITECTURE
+# Also manylinux_2_28 wheels (google-re2 ships no older): the Python 3.13 runtime's Amazon Linux 2023 has glibc 2.34.
+NEWER_MANYLINUX = "manylinux_2_28_"
 PYPROJECT = REPO_ROOT / "pyproject.toml"
 DISTRIBUTION = "hyperpod-dhc"
 LAMBDA_EXTRA = "lambda"  # the layer's pins
@@ -125,6 +127,7 @@ class PipInstall:
             "--quiet", "--disable-pip-version-check", "--no-compile",
             "--target", str(Path(output_dir) / "python"),
             "--platform", self.platform,
+            "--platform", self.platform.replace("manylinux2014_", NEWER_MANYLINUX),
             "--only-binary=:all:",
             "--python-version", PYTHON_VERSION,
             "--implementation", "cp",

@@ -6,7 +6,9 @@
     hpdhc check C (--group G ... | --instance I ...) [--checks T ...]     queue on-demand checks
     hpdhc breakers C                                                      breaker, holds, budgets, held nodes
     hpdhc reset-breaker C [--group G] --reason TEXT                       close a breaker or lift a hold
-    hpdhc readings C [--as-fidelity]                                      what the cluster was seen to do
+    hpdhc readings [show] C [--as-fidelity]                               what the cluster was seen to do
+    hpdhc readings capture C NODE --out FILE                              the node's last check, as a file
+    hpdhc readings classify FILE [--policy FILE] [--json]                 judge a captured check offline
     hpdhc timeline C [--group G] [--out FILE] [--since H] [--until last]  one HTML page: nodes against time
     hpdhc simulate [--scenario FILE] [--json] [--timeline F] [--serve]    the digital twin (a checkout only)
     hpdhc bridge --cluster C [--interval S] [--once] ...                  the Slurm bridge agent (controller node)
@@ -20,22 +22,28 @@ exits with code 2, a server error with 1.
 `simulate` runs the controller against a simulated HyperPod cluster; it is the digital twin of a checkout of
 hyperpod-dhc (`python -m tests.twin`), which this command runs when the checkout is on the path (`make install`).
 `bridge` is the agent that runs on the cluster's Slurm controller node (hpdhc.bridge; `hpdhc bridge --help`).
+`readings classify` needs no API: it judges a captured check with the controller's own rules (hpdhc.classify).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from typing import TextIO, cast
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from hpdhc import bridge, gate
+from deephealth.evidence.text import printable
+from hpdhc import bridge, classify, gate
 from hpdhc.client import ApiError, OperatorClient, add_api_options
 from hpdhc.commands import COMMANDS
+from hpdhc.render import Terminal
 
 SIMULATE = "simulate"
 BRIDGE = "bridge"
 GATE = "gate"
+READINGS = "readings"
+READINGS_VERBS = ("show", "capture", "classify")
 NO_CHECKOUT = "hpdhc: error: simulate needs a checkout of hyperpod-dhc after `make install`"
 
 
@@ -47,15 +55,20 @@ def main(argv: list[str] | None = None) -> int:
         return bridge.main(argv[1:], prog=f"hpdhc {BRIDGE}")
     if argv[:1] == [GATE]:  # run by a node's lifecycle script before slurmd starts
         return gate.main(argv[1:], prog=f"hpdhc {GATE}")
+    if argv[:2] == [READINGS, "classify"]:  # offline: no credentials, no API
+        return classify.main(argv[2:], prog=f"hpdhc {READINGS} classify")
+    if argv[:1] == [READINGS] and len(argv) > 1 and argv[1] not in READINGS_VERBS and not argv[1].startswith("-"):
+        argv = [READINGS, "show", *argv[1:]]  # `hpdhc readings CLUSTER`, as before the verbs
     args = parser().parse_args(argv)
     try:
         client = OperatorClient(args.endpoint, args.profile, args.region, args.stack)
-        return COMMANDS[args.command](client, args, sys.stdout)
+        command = f"{args.command} {args.verb}" if args.command == READINGS else args.command
+        return COMMANDS[command](client, args, cast(TextIO, Terminal(sys.stdout)))
     except ApiError as err:
-        print(f"hpdhc: error: {err}", file=sys.stderr)
+        print(f"hpdhc: error: {printable(str(err))}", file=sys.stderr)
         return 2 if 400 <= err.status < 500 or err.status == 0 else 1
     except (BotoCoreError, ClientError) as err:  # finding the endpoint or credentials: not the API's answer
-        print(f"hpdhc: error: {err}", file=sys.stderr)
+        print(f"hpdhc: error: {printable(str(err))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # the way out of `status --watch`
         return 130
@@ -109,13 +122,29 @@ def parser() -> argparse.ArgumentParser:
     reset.add_argument("--group", help="lift this instance group's bad-capacity hold instead of the cluster breaker")
     reset.add_argument("--reason", required=True, help="why it is safe to act again (kept in the audit trail)")
     observed = sub.add_parser(
-        "readings", parents=[api], help="what the cluster was seen to do: stream names, line shapes, lag, statuses"
+        READINGS,
+        help="what the cluster was seen to do (show), a node's check as a file (capture), judged offline (classify)",
     )
-    observed.add_argument("cluster")
-    observed.add_argument(
+    verbs = observed.add_subparsers(dest="verb", required=True, metavar="VERB")
+    show = verbs.add_parser(
+        "show", parents=[api], help="stream names, record shapes, lateness, statuses (`hpdhc readings C` too)"
+    )
+    show.add_argument("cluster")
+    show.add_argument(
         "--as-fidelity",
         action="store_true",
         help="print only the twin's `fidelity` block (a scenario's, for `hpdhc simulate`) of what was seen",
+    )
+    capture = verbs.add_parser(
+        "capture", parents=[api], help="write the node's last check as a captured check (`readings classify` reads it)"
+    )
+    capture.add_argument("cluster")
+    capture.add_argument("node", help="NodeLogicalId or instance id")
+    capture.add_argument("--out", metavar="FILE", required=True, help="the captured check to write (JSON)")
+    verbs.add_parser(
+        "classify",
+        add_help=False,
+        help="judge a captured check offline, as the controller would (`hpdhc readings classify --help`)",
     )
     pictured = sub.add_parser(
         "timeline",

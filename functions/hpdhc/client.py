@@ -123,6 +123,9 @@ class OperatorClient:
     def get_readings(self, cluster: str) -> Json:
         return self._call("GET", _path("clusters", cluster, "readings"))
 
+    def capture(self, cluster: str, node: str) -> Json:
+        return self._call("GET", _path("clusters", cluster, "nodes", node, "capture"))
+
     def slurm_state(self, cluster: str, since: tuple[float, str] | None = None) -> Json:
         """The desired Slurm state of every node: every `next_token` page, `nodes` concatenated into the first.
         `since` (as_of, digest of the last whole document): the answer may be `unchanged: true`, with no nodes."""

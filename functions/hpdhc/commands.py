@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, TextIO
 
+from deephealth.evidence.text import printable
 from hpdhc import timeline as pictures
 from hpdhc.client import Json, OperatorClient
 from hpdhc.render import table, when
@@ -29,7 +30,7 @@ def status(client: OperatorClient, args: argparse.Namespace, out: TextIO) -> int
         else:
             data = client.list_clusters()
         if args.watch and not args.json:
-            out.write("\x1b[2J\x1b[H")  # clear the screen: a progress view, redrawn in place
+            getattr(out, "raw", out.write)("\x1b[2J\x1b[H")  # clear the screen: a progress view, redrawn in place
             print(
                 f"hyperpod-dhc status at {datetime.now(timezone.utc):%H:%M:%S} UTC (every {args.watch:g} s)", file=out
             )
@@ -70,6 +71,21 @@ def readings(client: OperatorClient, args: argparse.Namespace, out: TextIO) -> i
     return _print(args, out, data, _readings)
 
 
+def capture(client: OperatorClient, args: argparse.Namespace, out: TextIO) -> int:
+    """The node's last check as a captured check, written to --out (`hpdhc readings classify` judges it)."""
+    document = client.capture(args.cluster, args.node)
+    with open(args.out, "w", encoding="utf-8") as written:
+        json.dump(document, written, indent=1, ensure_ascii=False)
+        written.write("\n")
+    captured = document.get("captured", {})
+    print(
+        f"wrote {args.out}: {len(document.get('events', []))} event(s) of {printable(str(captured.get('node')))}'s "
+        f"last check ({printable(str(captured.get('state')))}); judge it with: hpdhc readings classify {args.out}",
+        file=out,
+    )
+    return 0
+
+
 def timeline(client: OperatorClient, args: argparse.Namespace, out: TextIO) -> int:
     """Every node's history (one `get_node` each) as one self-contained HTML page, nodes by group against time
     (`hpdhc.timeline`); with --json, the page's data instead. The Api function reads the cluster's records for each
@@ -105,7 +121,8 @@ COMMANDS: dict[str, Callable[[OperatorClient, argparse.Namespace, TextIO], int]]
     "check": check,
     "breakers": breakers,
     "reset-breaker": reset_breaker,
-    "readings": readings,
+    "readings show": readings,
+    "readings capture": capture,
     "timeline": timeline,
 }
 
@@ -231,7 +248,7 @@ def _readings(data: Json, out: TextIO) -> None:
         counts = ", ".join(f"{k} {v}" for k, v in sorted(data[key].items(), key=lambda kv: -kv[1]))
         print(f"  {title}: {counts}", file=out)
     rows = [["line shape (level pattern)", "count", "example"]]
-    rows += [[shape, str(s["count"]), s["example"][:70]] for shape, s in data["shapes"].items()]
+    rows += [[printable(shape), str(s["count"]), printable(s["example"])[:70]] for shape, s in data["shapes"].items()]
     table(rows, out)
     lag = data["lag"]
     print(
@@ -244,7 +261,10 @@ def _readings(data: Json, out: TextIO) -> None:
     )
     statuses = ", ".join(f"{k} {v}" for k, v in data["statuses_after_failure"].items()) or "-"
     print(f"  status after a failed check: {statuses}", file=out)
-    busy = ", ".join(f"{k} {v['count']} ({v['example'][:60]})" for k, v in data["busy_errors"].items()) or "-"
+    busy = ", ".join(
+        f"{printable(k)} {v['count']} ({printable(v['example'])[:60]})" for k, v in data["busy_errors"].items()
+    )
+    busy = busy or "-"
     print(f"  busy errors: {busy}", file=out)
     print(f"  nodes back with no line about them: {data['silent_nodes']}; pass lines: {data['pass_lines']}", file=out)
     print(f"  as a twin fidelity block: {json.dumps(data['as_fidelity'])}", file=out)

@@ -5,9 +5,29 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import TextIO
 
+from deephealth.evidence.text import clean, printable
+
+
+class Terminal:
+    """Standard output for what commands print: escape sequences and control characters are taken out (a result
+    line, and so an API answer, may carry any its writer put in it); `raw` writes the commands' own."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def write(self, text: str) -> int:
+        return self.stream.write(clean(text))
+
+    def raw(self, text: str) -> int:
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
 
 def table(rows: list[list[str]], out: TextIO) -> None:
     """Left-aligned columns, two spaces apart, the first row a header underlined with dashes."""
+    rows = [[printable(cell) for cell in row] for row in rows]  # one line per row, whatever a cell holds
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     for i, row in enumerate(rows):
         print("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip(), file=out)

@@ -267,7 +267,7 @@ def test_how_many_clusters_fit_the_quota(fits: int, context: Any) -> None:
 
 
 def test_shipped_empty_the_policy_is_short() -> None:
-    assert measured({}) < 700
+    assert measured({}) < 800  # one Deny; its NotResource lists the routes no key guards (10 of them)
 
 
 def test_maps_beyond_the_quota_fail_synth_naming_the_keys_set() -> None:

@@ -27,6 +27,10 @@ from infra.operator_api import OPENAPI_DOCUMENT
 # only from inside `simulate` (a lazy import: outside a checkout it says so and exits 2).
 CLI_IMPORTS = {"boto3", "botocore", "hpdhc"}
 CLI_LAZY_IMPORTS = {("cli.py", "simulate"): {"tests"}}
+# Of the Lambda code, the CLI imports only the evidence package (`readings classify` judges offline with it), which
+# itself imports the standard library and, where operators' patterns are compiled, google-re2.
+EVIDENCE = "deephealth.evidence"
+EVIDENCE_LAZY_IMPORTS = {("rules.py", "re2_compile"): {"re2"}}
 # What the wheel's build reads: the packages and pyproject.toml.
 BUILD_SOURCES = ("functions", "infra", "pyproject.toml")
 PROJECT = tomllib.loads(PYPROJECT.read_text())
@@ -131,35 +135,51 @@ def test_the_wheel_ships_what_infra_reads(wheel: zipfile.ZipFile) -> None:
     assert requires == lambda_requirements()
 
 
-def test_the_wheel_needs_boto3_alone_without_the_cdk_extra(wheel: zipfile.ZipFile) -> None:
-    """The operator CLI installs on the cluster's Python 3.10 with boto3 and nothing else."""
+def test_the_wheel_needs_boto3_and_re2_alone_without_the_cdk_extra(wheel: zipfile.ZipFile) -> None:
+    """The operator CLI installs on the cluster's Python 3.10 with boto3 and google-re2 and nothing else."""
     (metadata,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
     lines = wheel.read(metadata).decode().splitlines()
     requires = [line.removeprefix("Requires-Dist: ") for line in lines if line.startswith("Requires-Dist:")]
-    assert [r for r in requires if "extra ==" not in r] == ["boto3>=1.40"]
+    assert [r for r in requires if "extra ==" not in r] == ["boto3>=1.40", "google-re2>=1.1.20240702"]
     assert "Provides-Extra: cdk" in lines and "Requires-Python: >=3.10" in lines
 
 
 def _imports(tree: ast.AST) -> list[tuple[ast.AST, str]]:
+    """(node, module) of every import: the top-level name, but `deephealth.evidence` for the evidence package."""
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found += [(node, alias.name.split(".")[0]) for alias in node.names]
+            found += [(node, _top(alias.name)) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            found.append((node, node.module.split(".")[0]))
+            found.append((node, _top(node.module)))
     return found
 
 
+def _top(module: str) -> str:
+    return EVIDENCE if module == EVIDENCE or module.startswith(EVIDENCE + ".") else module.split(".")[0]
+
+
+def test_the_evidence_package_imports_the_standard_library_alone() -> None:
+    """The CLI runs it on the cluster's Python 3.10 without pydantic (tests/bridge/test_classify_offline.py too)."""
+    _assert_imports_only(FUNCTIONS_DIR / "deephealth" / "evidence", {EVIDENCE}, EVIDENCE_LAZY_IMPORTS)
+
+
 def test_the_cli_imports_nothing_of_the_lambda_code_or_the_checkout() -> None:
-    allowed = CLI_IMPORTS | set(sys.stdlib_module_names)
-    for path in sorted((FUNCTIONS_DIR / "hpdhc").glob("*.py")):
+    _assert_imports_only(FUNCTIONS_DIR / "hpdhc", CLI_IMPORTS | {EVIDENCE}, CLI_LAZY_IMPORTS)
+
+
+def _assert_imports_only(package: Path, allowed: set[str], lazy_imports: dict) -> None:
+    """Every module of `package` imports the standard library and `allowed` alone, but for the imports
+    `lazy_imports` lets a named function make inside its body."""
+    allowed = allowed | set(sys.stdlib_module_names)
+    for path in sorted(package.glob("*.py")):
         tree = ast.parse(path.read_text())
         lazy = {
             (node, module)
             for function in ast.walk(tree)
             if isinstance(function, ast.FunctionDef)
             for node, module in _imports(function)
-            if module in CLI_LAZY_IMPORTS.get((path.name, function.name), set())
+            if module in lazy_imports.get((path.name, function.name), set())
         }
         strays = [module for node, module in _imports(tree) if module not in allowed and (node, module) not in lazy]
         assert not strays, f"{path.name} imports {strays}"

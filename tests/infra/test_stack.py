@@ -441,8 +441,9 @@ def test_check_logs_read_is_scoped_to_hyperpod_cluster_log_groups(template_json:
             "ClaimRound",
             "StartCheck",
             "PollCheck",
+            "Api",
         }
-    )  # every function that observes a cluster (observe_cluster reads the result logs)
+    )  # every function that observes a cluster (observe_cluster reads the result logs), and the Api's capture route
 
 
 def test_functions_write_only_their_own_log_group(template_json: dict[str, Any]) -> None:

@@ -111,8 +111,9 @@ def test_nodes_shows_each_node_beside_its_instance_id(api, capsys):
     assert len(pairs) == 4 and all(pair in [r[:2] for r in rows] for pair in pairs)
 
 
-def test_the_wheel_installs_the_cli_with_boto3_alone_and_works_from_a_fresh_venv(api, tmp_path):
-    """What an operator's `pip install` gets: hpdhc with boto3 (from pip's configured index), and no tests; the
+def test_the_wheel_installs_the_cli_with_boto3_and_re2_alone_and_works_from_a_fresh_venv(api, tmp_path):
+    """What an operator's `pip install` gets: hpdhc with boto3 and google-re2 (the operators' result patterns, from
+    pip's configured index), and no tests; the
     construct (infra, deephealth) rides along, inert without the `cdk` extra (tests/infra/test_packaging.py). The
     build runs in a copy: setuptools writes build/ and *.egg-info beside the sources."""
     _, ep = api
@@ -131,7 +132,7 @@ def test_the_wheel_installs_the_cli_with_boto3_alone_and_works_from_a_fresh_venv
         assert {name.split("/")[0] for name in archive.namelist()} == {"hpdhc", "infra", "deephealth", dist_info}
         metadata = archive.read(f"{dist_info}/METADATA").decode().splitlines()
     requires = [line for line in metadata if line.startswith("Requires-Dist:") and "extra ==" not in line]
-    assert requires == ["Requires-Dist: boto3>=1.40"]
+    assert requires == ["Requires-Dist: boto3>=1.40", "Requires-Dist: google-re2>=1.1.20240702"]
 
     # A venv without pip of its own (ensurepip alone takes ~8 s): this venv's pip installs into it.
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], env=env, check=True)
@@ -143,7 +144,7 @@ def test_the_wheel_installs_the_cli_with_boto3_alone_and_works_from_a_fresh_venv
         ).strip()
     )
     installed = {p.name for p in site.iterdir()}
-    assert {"hpdhc", "boto3", "botocore"} <= installed
+    assert {"hpdhc", "boto3", "botocore", "re2"} <= installed
     assert not installed & {"tests", "aws_cdk", "pydantic"}, installed  # the construct's stack: only with [cdk]
     assert not [name for name in installed if name.endswith(".pth")], "nothing puts a checkout on the path"
 
@@ -160,3 +161,22 @@ def test_the_wheel_installs_the_cli_with_boto3_alone_and_works_from_a_fresh_venv
     simulate = hpdhc("simulate", "--json")
     assert simulate.returncode == 2 and "simulate needs a checkout of hyperpod-dhc" in simulate.stderr
     print(f"wheel built, installed and run in {time.monotonic() - started:.1f} s")
+
+
+def test_a_nodes_check_captured_through_the_api_is_judged_offline_as_the_controller_judged_it(api, capsys, tmp_path):
+    """`hpdhc readings capture` then `hpdhc readings classify`, for every node of the twin: the offline verdict is
+    the controller's (the same code, on the same events)."""
+    twin, ep = api
+    records = twin.records("cli").values()
+    assert records
+    for record in records:
+        out = tmp_path / f"{record.key}.json"
+        code, said = _run(capsys, "readings", "capture", "cli", record.key, "--out", str(out), *ep)
+        assert code == 0 and "hpdhc readings classify" in said, said
+        code, printed = _run(capsys, "readings", "classify", str(out), "--json")
+        assert code == 0, printed
+        judged = _json(printed)
+        expected = {"passed": "passed", "failed": "failed"}.get(record.verdict or "", "inconclusive")
+        assert judged["verdict"] == expected, (record.key, record.verdict, record.evidence, judged["why"])
+    code, said = _run(capsys, "readings", "capture", "cli", "i-0000000000000beef", "--out", str(tmp_path / "x"), *ep)
+    assert code == 2 and "not known" in said
