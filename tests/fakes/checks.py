@@ -14,10 +14,15 @@ import functools
 import hashlib
 import json
 import random
+import re
 import uuid
 from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from deephealth.evidence.efa import efa_devices
+from tests.corpus import aws_doc
 from tests.fakes.model import (
     CHECK_TYPES,
     FAULT_MSG,
@@ -39,9 +44,10 @@ from tests.fakes.readings import Readings
 # its own line before the last; a healthy node writes them and its overall pass line.
 PASSING_TESTS = ("stress-ng", "EFA loopback")
 
-# `result_format: doc-plain`: the on-node lines the Slurm deep-health-checks page documents, one per test, each
-# "<ts>  info  <text>". The DCGM summary carries the verdict of a GPU fault (FAULT_MSG's "DCGM ... failed").
-EFA_DEVICES = ("rdmap0s29", "rdmap0s30")
+# `result_format: doc-plain`: the on-node lines the Slurm deep-health-checks page documents, trimmed (what the
+# controller was first built on), one per test, each "<ts>  info  <text>". The DCGM summary carries the verdict of
+# a GPU fault (FAULT_MSG's "DCGM ... failed"). The `doc-2024` and `doc-2026-*` formats write the page's lines
+# verbatim instead (tests/corpus/aws_doc.py). Every EFA device writes its line (DEVICE, then rdmap0s30, ...).
 STRESS_LINES = ("stress-ng success", "GpuPci Count check success")
 DCGM_SUMMARY = (
     "DCGM diagnostic health summary: dcgmCheckLevel: 4 dcgmVersion: 3.3.7 gpuDriverVersion: 535.183.01, "
@@ -58,6 +64,47 @@ MNTV_LINE = "MultiNodeTrainingValidation passed"  # no documented line
 PEER_LINE = "NCCL all_reduce with peer {instance_id} ({hostname}) passed"  # `peer_lines`
 
 IN_CHECK = "DeepHealthCheckInProgress"
+VERBATIM_FORMATS = ("doc-2024", "doc-2026-lines", "doc-2026-records")
+LEADING_TIME = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d)")
+FLAG = re.compile(r"\b(replacementRequired|rebootRequired)(:\s?)(?:false|true)")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One log event the fake writes: its message, its stamp on the real clock, whether it says a failure, and the
+    record it is a line of (a record's lines are shipped together: one lag; None: a record of its own)."""
+
+    message: str
+    at: float
+    failure: bool = False
+    record: int | None = None
+
+
+def _stamped(line: str, at: float) -> str:
+    """A verbatim line with its time the fake's (a time column keeps its shape: milliseconds and an offset)."""
+    match = LEADING_TIME.match(line)
+    if match is None:
+        return line
+    when = datetime.fromtimestamp(at, UTC)
+    text = match.group(0)
+    if "." in text:
+        stamp = when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}" + "+00:00"
+    else:
+        stamp = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return stamp + line[match.end() :]
+
+
+def _flags(line: str, replace: bool, reboot: bool) -> str:
+    """A DCGM line with its flags set (spelled as the line spells them)."""
+    return FLAG.sub(
+        lambda m: m.group(1) + m.group(2) + str(replace if m.group(1) == "replacementRequired" else reboot).lower(),
+        line,
+    )
+
+
+def _device(line: str, device: str, failed: bool) -> str:
+    line = line.replace(aws_doc.DEVICE, device)
+    return line.replace("check passed for device", "check failed for device") if failed else line
 
 
 class HealthChecks:
@@ -113,7 +160,7 @@ class HealthChecks:
             if mode == "reject":  # INFERRED: the doc only states the limit, not the error
                 self.rejected_while_active.append((self._t, c.name, configs))
                 busy = self.readings.busy_error
-                raise ApiError(busy.code, busy.message.format(cluster=c.name), busy.status)
+                raise ApiError(busy.code, busy.message.replace("{cluster}", c.name), busy.status)
             if mode == "merge":
                 check = active
                 check.configurations += copy.deepcopy(configs)
@@ -261,7 +308,7 @@ class HealthChecks:
         if n.status != "Running" and not held:  # e.g. rebooted between request and start
             self._check_finished(c, check, n, "skip")
             return
-        n.status = IN_CHECK
+        n.status, n.check_began = IN_CHECK, self._t
         check.began.add(n.logical_id)
         for s in check.peers_of.get(n.logical_id, ()):
             s.began += 1
@@ -274,6 +321,9 @@ class HealthChecks:
         passed = n.truth != "fail"  # a check that already started is not skipped any more
         peers = check.peers_of.get(lid)
         self._write_result(c, n, passed=passed, checks=checks, peers=peers[0] if peers else None)
+        if self.readings.foreign_lines and not check.foreign_written:
+            check.foreign_written = True
+            self._write_foreign_lines(c, check, n)
         if passed:
             n.status = "Running"
         elif c.node_recovery == "Automatic":
@@ -369,22 +419,38 @@ class HealthChecks:
         checks: Collection[str] | None = None,
         peers: PeerSet | None = None,
     ) -> None:
-        """The node's result lines for ``checks`` (default: InstanceStress), stamped now; each readable now, or
-        ``log_lag_s`` later (CloudWatch ingestion). Under ``result_lines: per-test`` (json) or ``doc-plain`` the
-        tests that passed write their own lines first, and a failure line is the last line (so the pass lines of
-        a faulty node may be read before its failure). ``peers``: the node's InstanceConnectivity configuration."""
+        """The node's result lines for ``checks`` (default: InstanceStress), stamped now (or when each test ran,
+        ``line_stamps: test-time``) on the node's own clock (``node_clock_skew_s``); each readable now, or
+        ``log_lag_s`` later (a failure line ``failure_line_lag_s`` later, where set). Under ``result_lines:
+        per-test`` (json) or the ``doc-*`` formats the tests that passed write their own lines first, and a failure
+        line is the last line (so the pass lines of a faulty node may be read before its failure). ``peers``: the
+        node's InstanceConnectivity configuration."""
         stream = self._result_stream(n)  # drawn (opaque) even when no line follows, so later draws do not move
         checks = ("InstanceStress",) if checks is None else checks
-        self._put_lines(c, stream, self._t, self._result_lines(c, n, passed, checks, peers))
+        skew = self._draw(self.readings.node_clock_skew_s)
+        self._put_entries(c, stream, self._result_entries(c, n, passed, checks, peers), skew)
 
     def _put_lines(self, c: Cluster, stream: str, stamp: float, lines: list[str]) -> None:
+        self._put_entries(c, stream, [Entry(line, stamp) for line in lines])
+
+    def _put_entries(self, c: Cluster, stream: str, entries: list[Entry], skew: float = 0.0) -> None:
+        """Each record readable `log_lag_s` after now, its lines together and in the order written (one shipper:
+        first in, first out); a failure `failure_line_lag_s` after now, where set, alone (the reading: only the
+        failure lines are slow)."""
         group = f"/aws/sagemaker/Clusters/{c.name}/{c.cluster_id}"
-        for line in lines:
-            lag = self._draw(self.readings.log_lag_s)
-            if lag == 0:
-                self._append_log(group, stream, stamp, line)
+        lag, record, shipped = 0.0, object(), self._t
+        for entry in entries:
+            alone = entry.failure and self.readings.failure_line_lag_s is not None
+            if entry.record is None or entry.record != record:
+                lag = self._draw(self.readings.failure_line_lag_s if alone else self.readings.log_lag_s)  # type: ignore[arg-type]
+                record = entry.record
+            ready = self._t + lag if alone else max(self._t + lag, shipped)
+            shipped = shipped if alone else ready
+            append = functools.partial(self._append_log, group, stream, entry.at + skew, entry.message)
+            if ready <= self._t:
+                append()
             else:
-                self._at(c, lag, functools.partial(self._append_log, group, stream, stamp, line))
+                self._at(c, ready - self._t, append)
 
     def _result_stream(self, n: Node) -> str:
         naming = self.readings.result_stream
@@ -396,16 +462,24 @@ class HealthChecks:
             return f"DeepHealthCheckResults/{n.logical_id}"
         return f"DeepHealthCheckResults/{n.instance_id}"
 
-    def _result_lines(
+    def _result_entries(
         self, c: Cluster, n: Node, passed: bool, checks: Collection[str], peers: PeerSet | None
-    ) -> list[str]:
+    ) -> list[Entry]:
         r = self.readings
+        if r.result_format in VERBATIM_FORMATS:
+            return self._verbatim_entries(n, passed, checks)
         nccl = "InstanceConnectivity" in checks
         peer_texts = self._peer_texts(c, n, peers) if nccl and r.peer_lines else []
+        extra = [Entry(line, self._t) for line in r.extra_lines]
         if r.result_format == "doc-plain":
-            lines = [self._plain_line(n, text) for text in self._plain_texts(n, passed, checks, peers, peer_texts)]
-        elif r.pass_line == "none":
-            lines = []
+            texts = self._plain_texts(n, passed, checks, peers, peer_texts)
+            return (
+                [Entry(self._plain_line(n, text), self._t, failed) for text, failed in texts]
+                + extra
+                + self._fault(n, passed)
+            )
+        if r.pass_line == "none":
+            lines: list[str] = []
         else:
             tests = PASSING_TESTS if r.result_lines == "per-test" else ()
             lines = [self._result_line(n, True, test) for test in tests]
@@ -413,32 +487,110 @@ class HealthChecks:
             if passed:
                 # nccl_summary: the node's line no longer vouches for connectivity
                 lines.append(self._result_line(n, True, "InstanceStress" if nccl and r.nccl_summary else None))
-        if not passed and r.failure_line != "none":
-            lines.append(self._result_line(n, False, level=r.failure_line))
-        return lines
+        return [Entry(line, self._t) for line in lines] + extra + self._fault(n, passed)
+
+    def _fault(self, n: Node, passed: bool, layout: str = "one") -> list[Entry]:
+        """A failing node's failure line (`failure_line`), as one event, or one per physical line."""
+        if passed or self.readings.failure_line == "none":
+            return []
+        if layout == "one":
+            return [Entry(self._result_line(n, False, level=self.readings.failure_line), self._t, True)]
+        doc = aws_doc.FAILURE_2024 if self.readings.result_format == "doc-2024" else aws_doc.FAILURE_2026
+        message = FAULT_MSG.format(region=self.region, itype=n.instance_type)
+        lines = [
+            f'    "level": "{self.readings.failure_line}",' if '"level"' in line
+            else f'    "ts": "{_iso(self._t)}",' if '"ts"' in line
+            else f'    "msg": "{message}"' if '"msg"' in line
+            else line
+            for line in doc
+        ]  # fmt: skip
+        if layout == "records":
+            return [Entry("\n".join(lines), self._t, True)]
+        return [Entry(line, self._t, True, -1) for line in lines]
 
     def _plain_texts(
         self, n: Node, passed: bool, checks: Collection[str], peers: PeerSet | None, peer_texts: list[str]
-    ) -> list[str]:
-        """doc-plain: the texts of the node's plain lines (its failure line, if any, is a JSON line after them)."""
+    ) -> list[tuple[str, bool]]:
+        """doc-plain: the texts of the node's plain lines, each with whether it says a failure (its failure line, if
+        any, is a JSON line after them)."""
         gpu = not passed and self.readings.faulty_test == "dcgm"
         dcgm = DCGM_SUMMARY.format(
             replace=str(gpu and n.cured_by == "replace").lower(), reboot=str(gpu and n.cured_by == "reboot").lower()
         )
-        efa = [EFA_LINE.format(device=d) for d in EFA_DEVICES]
-        if not passed and not gpu:
-            efa[-1] = EFA_FAILED.format(device=EFA_DEVICES[-1])
+        devices = self._efa_devices(n)
+        efa = [(EFA_LINE.format(device=d), False) for d in devices]
+        if not passed and not gpu and efa:
+            efa[-1] = (EFA_FAILED.format(device=devices[-1]), True)
         if self.readings.pass_line == "none":  # only the failure evidence
-            return ([dcgm] if gpu else efa[-1:]) if not passed and "InstanceStress" in checks else []
-        texts: list[str] = []
+            return ([(dcgm, True)] if gpu else efa[-1:]) if not passed and "InstanceStress" in checks else []
+        texts: list[tuple[str, bool]] = []
         if "InstanceStress" in checks:
-            texts += [*STRESS_LINES, dcgm, *efa]
+            texts += [*((t, False) for t in STRESS_LINES), (dcgm, gpu), *efa]
         if "InstanceConnectivity" in checks and not self.readings.nccl_summary:
-            texts.append(NCCL_SUMMARY.format(nodes=peers.began if peers else 1))
-        texts += peer_texts
+            texts.append((NCCL_SUMMARY.format(nodes=peers.began if peers else 1), False))
+        texts += [(t, False) for t in peer_texts]
         if "MultiNodeTrainingValidation" in checks:
-            texts.append(MNTV_LINE)
+            texts.append((MNTV_LINE, False))
         return texts
+
+    def _efa_devices(self, n: Node) -> list[str]:
+        """The node's EFA device names: as many as its type has (the controller's table, or `efa_devices`)."""
+        override = self.readings.efa_devices.get(n.instance_type)
+        count = efa_devices(n.instance_type, override)
+        return [aws_doc.DEVICE, *(f"rdmap0s{30 + i}" for i in range(count - 1))][:count]
+
+    def _verbatim_entries(self, n: Node, passed: bool, checks: Collection[str]) -> list[Entry]:
+        """doc-2024, doc-2026-lines, doc-2026-records: the page's lines verbatim (their times the node's), one event
+        per physical line or one per record; a faulty node's DCGM flags say so, or its last EFA device failed."""
+        r = self.readings
+        doc24 = r.result_format == "doc-2024"
+        per_record = r.result_format == "doc-2026-records"
+        hardware, dcgm, efa = (
+            (aws_doc.HARDWARE_2024, aws_doc.DCGM_2024, aws_doc.EFA_2024)
+            if doc24 else (aws_doc.HARDWARE_2026, aws_doc.DCGM_2026, aws_doc.EFA_2026)
+        )  # fmt: skip
+        end = self._t
+        began = n.check_began if n.check_began is not None and n.check_began < end else end - 3600
+        early = r.line_stamps == "test-time"
+        gpu = not passed and r.faulty_test == "dcgm"
+        devices = self._efa_devices(n)
+        groups: list[tuple[list[str], float, bool]] = []  # (lines of one record, stamp, says a failure)
+        if "InstanceStress" in checks:
+            groups += [(lines, began + 60 if early else end, False) for lines in aws_doc.records(hardware)]
+            flags = [_flags(line, gpu and n.cured_by == "replace", gpu and n.cured_by == "reboot") for line in dcgm]
+            groups += [(lines, end - 300 if early else end, gpu) for lines in aws_doc.records(tuple(flags))]
+            for i, device in enumerate(devices):
+                failed = not passed and not gpu and i == len(devices) - 1
+                lines = [_device(line, device, failed) for line in efa]
+                lines = lines[:1] if failed else lines  # a failed device prints no figures
+                at = end - 120 + (110 * i / max(1, len(devices) - 1)) if early else end
+                groups += [(record, at, failed) for record in aws_doc.records(tuple(lines))]
+        if "InstanceConnectivity" in checks and not r.nccl_summary:
+            groups += [(lines, end, False) for lines in aws_doc.records(aws_doc.NCCL_2024)]
+        if "MultiNodeTrainingValidation" in checks:
+            groups.append(([f"{_iso(end)}  info  {MNTV_LINE}"], end, False))
+        if r.pass_line == "none":
+            groups = [g for g in groups if g[2]]
+        entries = []
+        for index, (lines, at, failed) in enumerate(groups):
+            stamped = [_stamped(line, at) for line in lines]
+            if per_record:
+                entries.append(Entry("\n".join(stamped), at, failed))
+            else:
+                entries += [Entry(line, at, failed, index) for line in stamped]
+        entries += [Entry(line, end) for line in r.extra_lines]
+        return entries + self._fault(n, passed, "records" if per_record else "lines")
+
+    def _write_foreign_lines(self, c: Cluster, check: HealthCheck, n: Node) -> None:
+        """foreign_lines: a stream no node owns gets an anonymous error line and a summary naming ``n`` in a field
+        (a forgery, or a tool writing for the cluster: either way no node's evidence)."""
+        stream = self._summary_stream(f"{c.arn}/{check.operation_id}/foreign")
+        error = FAULT_MSG.format(region=self.region, itype=n.instance_type)
+        forged = json.dumps({"level": "info", "ts": _iso(self._t), "msg": "Deep health check passed",
+                             "instance_id": n.instance_id})  # fmt: skip
+        group = f"/aws/sagemaker/Clusters/{c.name}/{c.cluster_id}"
+        for line in (json.dumps({"level": "error", "ts": _iso(self._t), "msg": error}), forged):
+            self._append_log(group, stream, self._t, line)
 
     def _peer_texts(self, c: Cluster, n: Node, peers: PeerSet | None) -> list[str]:
         """peer_lines: one line per other node of the configuration (skipped or faulty ones too), naming it."""

@@ -599,7 +599,7 @@ class FakeHyperPod(HealthChecks):
             n.status = "Running"
             return
         # On-start checks: a fresh node has no jobs, so truth "skip" is treated as "pass" (INFERRED).
-        n.status = "DeepHealthCheckInProgress"
+        n.status, n.check_began = "DeepHealthCheckInProgress", self._t
         self._at(c, self._duration(checks), lambda: self._on_start_check_done(c, n))
 
     def _replacement_completed(self, c: Cluster, n: Node) -> str:

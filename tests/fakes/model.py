@@ -92,6 +92,7 @@ class Node:
     isolated: bool = False
     retry_due: float | None = None  # in Failure: when HyperPod retries with a new instance (None: no retry)
     hidden_until: float = 0.0  # vanish_s: missing from ListClusterNodes / DescribeClusterNode until then
+    check_began: float | None = None  # when its current (or last) check began: `line_stamps: test-time`
 
     @property
     def launched(self) -> float:
@@ -130,6 +131,7 @@ class HealthCheck:
     holding: set[str] = field(default_factory=set)
     peer_sets: list[PeerSet] = field(default_factory=list)  # one per configuration with InstanceConnectivity
     peers_of: dict[str, list[PeerSet]] = field(default_factory=dict)  # logical id -> its peer sets
+    foreign_written: bool = False  # foreign_lines: the check's foreign stream has its lines
 
     @property
     def status(self) -> Literal["InProgress", "Superseded", "Done"]:

@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 Rate = Annotated[float, Field(ge=0.0, le=1.0)]
 Seconds = Annotated[float, Field(ge=0.0, le=86400.0)]
 Range = tuple[Seconds, Seconds]  # [lo, hi], drawn uniformly (seeded)
+Offset = Annotated[float, Field(ge=-86400.0, le=86400.0)]
+SignedRange = tuple[Offset, Offset]  # [lo, hi] that may be negative (a clock behind)
 
 BUSY_MESSAGE = (
     "A deep health check is already in progress for cluster {cluster}. Only one on-demand "
@@ -29,7 +31,7 @@ class BusyError(_Strict):
     """The error a second StartClusterHealthCheck gets under `second_check_request: reject` (undocumented)."""
 
     code: str = "ValidationException"
-    message: str = BUSY_MESSAGE  # `{cluster}` is replaced by the cluster's name
+    message: str = BUSY_MESSAGE  # `{cluster}` is replaced by the cluster's name (nothing else is a placeholder)
     status: Annotated[int, Field(ge=400, le=599)] = 400
 
 
@@ -57,9 +59,30 @@ class Readings(_Strict):
     # Result log stream name: DeepHealthCheckResults/<instance id | opaque id per node and check | hostname |
     # NodeLogicalId>.
     result_stream: Literal["instance-id", "opaque", "hostname", "logical-id"] = "instance-id"
-    # Line format: the fake's JSON lines, or the plain on-node lines the Slurm deep-health-checks page documents
-    # ("<ts>  info  stress-ng success", the DCGM summary with replacementRequired/rebootRequired, EFA, NCCL).
-    result_format: Literal["json", "doc-plain"] = "json"
+    # Line format: the fake's JSON lines; the on-node lines of the Slurm deep-health-checks page, trimmed
+    # (`doc-plain`: one line per test, no progress line, the EFA line without its figures, the DCGM record on one
+    # line: what the controller was first built on); or the page's lines verbatim (tests/corpus/aws_doc.py):
+    # `doc-2024` (its 2024 rendering, one event per physical line), `doc-2026-lines` (the 2026 rendering, one event per
+    # physical line: the DCGM record over three events, the EFA figures on a second, the failure JSON over five) and
+    # `doc-2026-records` (the 2026 rendering, one event per record). Every EFA device writes its line.
+    result_format: Literal["json", "doc-plain", "doc-2024", "doc-2026-lines", "doc-2026-records"] = "json"
+    # When a node's lines are stamped: all at the check's end, or each when its test ran (stress-ng at the start,
+    # DCGM 5 min before the end, the EFA devices one after another in the last 2 min), all shipped at the end.
+    line_stamps: Literal["check-end", "test-time"] = "check-end"
+    # The lag of failure lines alone (the JSON failure line, a DCGM record with a flag true, an EFA device that failed)
+    # when it differs from the other lines' (`log_lag_s`): a node whose shipping is slow because it is faulty.
+    failure_line_lag_s: Range | None = None
+    # How far a node's clock runs from the real time (drawn per node and check; negative: behind): every line it
+    # stamps is that much off.
+    node_clock_skew_s: SignedRange = (0.0, 0.0)
+    # EFA devices per instance type (the controller's table, deephealth/evidence/efa.py, for any type not named).
+    efa_devices: dict[str, Annotated[int, Field(ge=0, le=64)]] = Field(default_factory=dict)
+    # A stream that belongs to no node (anyone with the instance role may write into the log group): at each check's
+    # first result, an anonymous error line and a forged summary naming one of the check's nodes in a field.
+    foreign_lines: bool = False
+    # Lines every node's check writes besides its results (a real cluster's unrecognised shapes, as `hpdhc readings
+    # --as-fidelity` exports them), at level info.
+    extra_lines: tuple[str, ...] = ()
     # A failing node's failure line: the JSON error line (the page's one example, naming no instance), the same
     # line at level warn, or none (the failure then shows only in the DCGM summary, if at all).
     failure_line: Literal["error", "warn", "none"] = "error"
@@ -123,10 +146,15 @@ class Readings(_Strict):
     # summaries name no node) in its own opaque stream, GPU faults aside; per-node lines vouch only for the rest.
     nccl_summary: bool = False
 
-    @field_validator("log_lag_s", "failure_retry_s", "vanish_s", "check_start_delay_s")
+    @field_validator("log_lag_s", "failure_retry_s", "vanish_s", "check_start_delay_s", "node_clock_skew_s")
     @classmethod
     def _ordered(cls, value: tuple[float, float]) -> tuple[float, float]:
         return _ordered(value)
+
+    @field_validator("failure_line_lag_s")
+    @classmethod
+    def _ordered_or_none(cls, value: tuple[float, float] | None) -> tuple[float, float] | None:
+        return None if value is None else _ordered(value)
 
 
 def _ordered(value: tuple[float, float]) -> tuple[float, float]:

@@ -447,6 +447,15 @@ class Harness:
             self._resume()  # done before the horizon: nothing waits at it
         return self.clock.now() - start
 
+    def state_transitions(self) -> int:
+        """The states every execution of the state machine entered, read from moto's own histories (the API's
+        pages serialize every event's input and output: seconds per run for a count)."""
+        from moto.stepfunctions.parser.models import stepfunctions_parser_backends
+
+        backend: Any = stepfunctions_parser_backends[ACCOUNT][REGION]
+        histories = (backend.describe_execution(e["executionArn"]).to_history_output() for e in self.executions())
+        return sum(1 for history in histories for event in history["events"] if event["type"].endswith("StateEntered"))
+
     def history(self, execution_arn: str) -> list[dict]:
         pages = self.sfn.get_paginator("get_execution_history").paginate(executionArn=execution_arn)
         return [e for p in pages for e in p["events"]]

@@ -13,6 +13,9 @@
     response before moto sees it. The harness's own reads (outside any invocation) are never faulted.
 (d) IAM: the same wrap lets `tests/harness/iam.py` answer a request AWS would refuse with AccessDenied; the ASL
     interpreter's Lambda task invocations are marked as the state machine's (`iam.invoked_by("states")`).
+(e) CloudWatch Logs filter patterns: moto matches only a plain term and lets anything else through; FilterLogEvents
+    here honours a regular expression between % (what the controller's scan for late failures sends) and `?term`
+    alternatives, as CloudWatch documents them, so a scan returns what AWS would return.
 
 All three reach into moto internals; `tests/integration/test_moto_patches.py` fails loudly when they move.
 """
@@ -20,10 +23,12 @@ All three reach into moto internals; `tests/integration/test_moto_patches.py` fa
 from __future__ import annotations
 
 import contextlib
+import functools
 import importlib
 import json
 import os
 import random
+import re
 import threading
 import types
 import uuid
@@ -35,6 +40,7 @@ import botocore.endpoint
 from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.core.botocore_stubber import BotocoreStubber, MockRawResponse
+from moto.logs import models as logs_models
 from moto.stepfunctions.parser.asl.component.common.retry import jitter_strategy_decl, retrier_decl
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function import wait_function
@@ -170,6 +176,31 @@ def interpreter_threads() -> list[threading.Thread]:
     return [t for t in TMP_THREADS if t.is_alive()]
 
 
+class CloudWatchFilter:
+    """A FilterLogEvents filter pattern as CloudWatch Logs matches unstructured events: "" everything; `%regex%` a
+    regular expression found anywhere (CloudWatch's subset is Python's too); terms, each found as written (case
+    sensitive), all of them, or any of the `?term` ones; a quoted term is one phrase."""
+
+    def __init__(self, pattern: str | None) -> None:
+        self.pattern = (pattern or "").strip()
+
+    def matches(self, message: str) -> bool:
+        return _filter_matches(self.pattern, message)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _filter_matches(pattern: str, message: str) -> bool:
+    """CloudWatchFilter.matches, kept per pattern and message: a day's scan meets the same lines on every look."""
+    if not pattern:
+        return True
+    if len(pattern) > 1 and pattern.startswith("%") and pattern.endswith("%"):
+        return re.search(pattern[1:-1], message) is not None
+    terms = [t.strip('"') for t in re.findall(r'\??"[^"]*"|\S+', pattern)]
+    any_of = [t[1:].strip('"') for t in terms if t.startswith("?")]
+    all_of = [t for t in terms if not t.startswith("?")]
+    return all(t in message for t in all_of) and (not any_of or any(t in message for t in any_of))
+
+
 @contextlib.contextmanager
 def patched(
     on_wait: Callable[[float], None],
@@ -190,5 +221,6 @@ def patched(
         mock.patch.object(wait_function.WaitFunction, "_wait_interval", wait_interval),
         mock.patch.object(retrier_decl, "time", types.SimpleNamespace(sleep=lambda s: on_retry(float(s)))),
         mock.patch.object(jitter_strategy_decl, "random", random.Random(JITTER_SEED)),
+        mock.patch.object(logs_models, "EventMessageFilter", CloudWatchFilter),
     ):
         yield

@@ -40,6 +40,11 @@ def assert_invariants(report: dict) -> None:
         f"the controller requested {checks['started_while_active']} check(s) while its own was active"
     )
 
+    # No call without its grant: the harness evaluates every request against the synthesized roles, as AWS would.
+    iam = report["iam"]
+    assert iam["denied"] == 0, f"AWS would refuse: {iam['denials']}"
+    assert not iam["unmapped"], f"requests with no IAM mapping: {iam['unmapped']}"
+
     # No budget exceeded: the most replacements in any rolling window stays within the policy's limit.
     over = {k: b for k, b in report["safety"]["replace_budget"].items() if b["peak"] > b["limit"]}
     assert not over, f"replacement budget exceeded: {over}"

@@ -1,6 +1,6 @@
 """What the controller saw a cluster do, as `hpdhc readings --as-fidelity` prints it (CLI -> the twin's API -> the
 real Api handler), fed back to the twin as the scenario's `fidelity` block, gives the same verdicts: an operator's
-first real cluster-hour becomes a scenario anyone can replay."""
+first real cluster-hour becomes a scenario anyone can replay, the lines no rule places included."""
 
 import json
 
@@ -16,7 +16,7 @@ from .conftest import BASE_CONFIG
 
 PLAYED = {
     "result_stream": "hostname",
-    "result_format": "doc-plain",
+    "result_format": "doc-2026-lines",
     "failure_line": "warn",
     "log_lag_s": [0, 120],
     "failed_status": "DeepHealthCheckInProgress",
@@ -42,8 +42,8 @@ def _run_twin(template, raw):
     return Twin(scenario, template, scenario.controller_config(BASE_CONFIG))
 
 
-def test_readings_as_fidelity_replay_the_same_verdicts(controller_template, capsys):
-    with _run_twin(controller_template, SCENARIO) as twin:
+def _replayed(controller_template, capsys, raw):
+    with _run_twin(controller_template, raw) as twin:
         first = build_report(twin, twin.run())
         server = serve(twin, 0)
         try:
@@ -52,7 +52,23 @@ def test_readings_as_fidelity_replay_the_same_verdicts(controller_template, caps
         finally:
             server.shutdown()
     assert code == 0
-    block = json.loads(out[out.index("{\n") :])
+    return first, json.loads(out[out.index("{\n") :])
+
+
+def test_a_line_no_rule_places_is_carried_into_the_replay(controller_template, capsys):
+    odd = "2026-03-29T18:40:00Z  info  GPU burn-in 8/8 complete (gpu_burn 60 s)"
+    raw = {**SCENARIO, "fidelity": {"result_format": "doc-2026-lines", "extra_lines": [odd]}}
+    first, block = _replayed(controller_template, capsys, raw)
+    assert block["extra_lines"] == [odd] and block["result_format"] == "doc-2026-lines"
+    with _run_twin(controller_template, {**SCENARIO, "fidelity": block}) as again:
+        second = build_report(again, again.run())
+    verdicts = {d["logical_id"]: d["verdict"] for d in first["node_details"]}
+    assert verdicts == {d["logical_id"]: d["verdict"] for d in second["node_details"]}
+    assert "inconclusive" in verdicts.values(), "the line keeps nodes from passing, in the replay too"
+
+
+def test_readings_as_fidelity_replay_the_same_verdicts(controller_template, capsys):
+    first, block = _replayed(controller_template, capsys, SCENARIO)
     lag = block.pop("log_lag_s")
     assert block == {k: v for k, v in PLAYED.items() if k != "log_lag_s"}, "every reading played was seen"
     assert 0 <= lag[0] <= lag[1] <= 120 and lag[1] > 60

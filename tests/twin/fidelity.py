@@ -38,6 +38,17 @@ CONNECTIVITY = {
     "check_duration_s": {"InstanceConnectivity": [300, 600]},
     "policy": {"defaults": {"checks": ["InstanceStress", "InstanceConnectivity"]}},
 }
+# The Slurm bridge at 70 % load (jobs 30-120 min): what the readings cost in job-hours (docs/FIDELITY.md).
+BRIDGE_70 = {"utilisation": 0.7, "job_s": [1800, 7200], "slurm_bridge": True}
+# Checks as long as AWS documents them (InstanceStress: DCGM level 4 alone is 45-90 min).
+DOCUMENTED_CHECKS = {"InstanceStress": [2900, 5700]}
+EFA_FAULT = {"faulty_test": "efa", "result_format": "doc-2026-lines"}
+# An isolated node that holds HyperPod's operation open and writes no failure line, 20 nodes arriving over 4 h.
+WEDGE_GROUPS = [
+    {"name": "p5-workers", "instance_type": "ml.p5.48xlarge", "count": 20, "arrival": {"start_s": 0, "spread_s": 14400}}
+]
+UNTAUGHT = "GPU burn-in 8/8 complete (gpu_burn 60 s)"  # a line the built-in rules do not place
+TAUGHT = {"result_patterns": {"neutral": [r"^GPU burn-in \d+/\d+ complete \(gpu_burn \d+ s\)$"]}}
 
 # (name, overrides merged over fidelity.json): dicts merge key by key, anything else (lists) replaces.
 VARIANTS: list[tuple[str, Overrides]] = [
@@ -112,6 +123,74 @@ VARIANTS: list[tuple[str, Overrides]] = [
     # Hosts the listing does not report (the agent network's ip-...): in the hostname stream, and in line texts
     ("foreign-hostnames", {"fidelity": {"foreign_hostnames": True, "result_stream": "hostname"}}),
     ("foreign-hostnames-in-lines", {"fidelity": {"foreign_hostnames": True, "result_line_instance": "message"}}),
+    # The page's lines verbatim (tests/corpus/aws_doc.py): 2024, and 2026 one event per physical line or per record
+    ("doc-2024", {"fidelity": {"result_format": "doc-2024"}}),
+    ("doc-2026-lines", {"fidelity": {"result_format": "doc-2026-lines"}}),
+    ("doc-2026-records", {"fidelity": {"result_format": "doc-2026-records"}}),
+    # The DCGM record split over three events is the only failure evidence: it still fails, with its hint.
+    ("doc-2026-lines-dcgm-only", {"fidelity": {"result_format": "doc-2026-lines", "failure_line": "none"}}),
+    ("doc-2024-connectivity", {**CONNECTIVITY, "fidelity": {"result_format": "doc-2024"}}),
+    # Stamped when each test ran (90 min checks), shipped at the check's end: lateness, not age.
+    (
+        "line-stamps-test-time",
+        {
+            "check_duration_s": DOCUMENTED_CHECKS,
+            "fidelity": {"result_format": "doc-2026-lines", "line_stamps": "test-time"},
+        },
+    ),
+    # The failing EFA device's line 1.5-3 h late while the other lines arrive within a minute: the scan finds it.
+    (
+        "failure-line-lag",
+        {"fidelity": {**EFA_FAULT, "log_lag_s": [0, 60], "failure_line_lag_s": [5400, 10800]}},
+    ),
+    # Node clocks ahead 5.5-8 min (per-test stamps): a failure stamped past the pass window still fails the node.
+    ("node-clock-ahead", {"fidelity": {**EFA_FAULT, "line_stamps": "test-time", "node_clock_skew_s": [330, 480]}}),
+    ("node-clock-behind", {"fidelity": {**EFA_FAULT, "line_stamps": "test-time", "node_clock_skew_s": [-240, -30]}}),
+    # EFA devices as HyperPod tests them: fewer than the table says on p5 (a policy override says so too), none on g5.
+    (
+        "efa-devices",
+        {
+            "fidelity": {"result_format": "doc-2026-records", "efa_devices": {"ml.p5.48xlarge": 4, "ml.g5.8xlarge": 0}},
+            "policy": {
+                "groups": {
+                    "p5-workers": {"efa_devices": 4},
+                    "p5-reserve": {"efa_devices": 4},
+                    "g5-workers": {"efa_devices": 0},
+                }
+            },
+        },
+    ),
+    # A stream no node owns: an anonymous error line and a forged summary at every check.
+    ("foreign-lines", {"fidelity": {"result_format": "doc-2024", "foreign_lines": True}}),
+    # A line the rules do not place: inconclusive with alerts; taught with a neutral pattern, no longer.
+    ("extra-lines", {"fidelity": {"result_format": "doc-2024", "extra_lines": [UNTAUGHT]}}),
+    (
+        "extra-lines-taught",
+        {"fidelity": {"result_format": "doc-2024", "extra_lines": [UNTAUGHT]}, "policy": {"defaults": TAUGHT}},
+    ),
+    # The wedge: an isolated node holds the operation and writes no failure line (20 nodes arriving over 4 h).
+    (
+        "isolated-wedge",
+        {
+            "groups": WEDGE_GROUPS,
+            "horizon_s": 86400,
+            "hardware": {"transient_fault_rate": 0.0, "persistent_fault_rate": 0.0, "faulty_nodes": {"persistent": 2}},
+            "fidelity": {
+                "failed_status": "DeepHealthCheckInProgress",
+                "isolated_holds_operation": True,
+                "failure_line": "none",
+            },
+        },
+    ),
+    # Launches that fail and that HyperPod never retries: recorded, then acted on.
+    (
+        "launch-failure-not-retried",
+        {"horizon_s": 86400, "fidelity": {"transient_failure_rate": 0.2, "failure_retried": False}},
+    ),
+    # The Slurm bridge at 70 % load on the trimmed lines and on the page's lines verbatim: the same job-hours.
+    ("bridge-doc-plain", {"workload": BRIDGE_70, "fidelity": {"result_format": "doc-plain"}}),
+    ("bridge-doc-2024", {"workload": BRIDGE_70, "fidelity": {"result_format": "doc-2024"}}),
+    ("bridge-doc-2026-lines", {"workload": BRIDGE_70, "fidelity": {"result_format": "doc-2026-lines"}}),
     # The acceptance case: log lag, exactly 8 of 20 nodes persistently faulty
     (
         "acceptance-lag-8-of-20",
@@ -275,6 +354,9 @@ def row(name: str, report: dict[str, Any]) -> dict[str, Any]:
             "duplicate": actions["duplicate"],
         },
         "p95_s": report["latency_s"]["ready_to_verdict"]["p95"],
+        "rounds_failed": report["step_functions"]["statuses"].get("FAILED", 0),
+        "job_hours": report["exposure"]["job_hours"],
+        "alerts": report["alerts"],
         "virtual_s": report["virtual_s"],
         "wall_s": report["wall_s"],
         "incidents": [

@@ -27,8 +27,9 @@ Version 4 added the controller's verdicts judged against the ground truth of eac
   `instance_id`) at `verdict_at` was "fail";
 - `untested_pass`: nodes that end `passed` on an instance with no check outcome (pass or fail, on-demand or
   on-start) at or before `verdict_at`: passed without ever being tested (a skipped, superseded or queued check);
-- `false_fail`: controller reboots/replacements of an instance whose truth was "pass" at the time, plus nodes
-  that end failed, quarantined or held with an instance whose truth was "pass" at `verdict_at`;
+- `false_fail`: controller reboots/replacements of an instance whose truth was "pass" at the time (but one HyperPod
+  showed in `Failure` then: a launch that failed is not in service whatever its hardware), plus nodes that end
+  failed, quarantined or held with an instance whose truth was "pass" at `verdict_at`;
 - `by_group`: {group: {"false_pass", "untested_pass", "false_fail"}} (the node's group at the end of the run);
 - per node in `node_details`: `false_pass`, `untested_pass`, `false_fail` (booleans) and `evidence` (the
   record's, for the invariants' messages).
@@ -166,9 +167,7 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
         by_group[d["group"]]["false_fail"] += false_fails[d["logical_id"]]
 
     executions = twin.executions()
-    transitions = sum(
-        1 for e in executions for ev in twin.history(e["executionArn"]) if ev["type"].endswith("StateEntered")
-    )
+    transitions = twin.state_transitions()
     controller_actions = Counter(kind for _, kind, _, actor in sim.actions if actor == "controller")
     notifications = [
         {
@@ -339,7 +338,8 @@ def judge(twin: Twin, records: dict[str, NodeRecord]) -> dict[str, dict[str, Any
             "false_actions": 0,
         }
     for t, _, lid, actor, iid in sim.action_instances:
-        if actor == "controller" and iid and sim.truth_at(iid, t) == "pass":
+        warranted = (t, iid) in sim.in_failure_actions  # a launch that failed: not in service whatever its hardware
+        if actor == "controller" and iid and sim.truth_at(iid, t) == "pass" and not warranted:
             entry = out.setdefault(lid, dict(NOT_JUDGED))
             entry["false_actions"] += 1
             entry["false_fail"] = True

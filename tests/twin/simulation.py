@@ -76,6 +76,9 @@ class SimulatedHyperPod(Workload, FakeHyperPod):
         self.tested: dict[str, list[float]] = {}
         # Every reboot/replace with the instance it was asked for: (time, kind, logical id, actor, instance id).
         self.action_instances: list[tuple[float, str, str, str, str]] = []
+        # (time, instance id) of those asked for an instance HyperPod showed in Failure (a launch that failed): not a
+        # false fail, whatever its hardware's truth (it was not in service, and nobody else would act).
+        self.in_failure_actions: set[tuple[float, str]] = set()
         self._init_workload()  # jobs, drains and schedulable spans (tests/twin/workload.py)
         self.first_check_at: dict[str, float] = {}  # logical id -> when its first check (on-demand or on-start) began
         self.passed_at: dict[str, float] = {}  # instance id -> its first "pass" check outcome
@@ -212,6 +215,8 @@ class SimulatedHyperPod(Workload, FakeHyperPod):
         """A reboot or replacement begins (ours or HyperPod's own): later ones need a check outcome first."""
         self._acted_on[n.logical_id] = (self._t, actor)
         self.action_instances.append((self._t, kind, n.logical_id, actor, n.instance_id))
+        if n.status == "Failure":
+            self.in_failure_actions.add((self._t, n.instance_id))
 
     def _check_begins(self, c: Cluster, check: HealthCheck, n: Node, checks: set[str]) -> None:
         drawn = len(self.check_durations)
