@@ -79,7 +79,7 @@ lint: install
 	$(VENV)/bin/ruff check infra functions tests
 	$(VENV)/bin/ruff format --check infra functions tests
 	$(VENV)/bin/mypy functions infra tests/harness tests/twin  # strict on functions/ (pyproject.toml)
-	$(VENV)/bin/mypy --python-version 3.10 -p hpdhc  # the wheel against its oldest Python's stubs (requires-python)
+	$(VENV)/bin/mypy --python-version 3.10 -p hpdhc -p deephealth.evidence  # what runs on the oldest Python (requires-python)
 
 test: install lint
 	$(PY) -m pytest -n 2 --dist loadgroup
