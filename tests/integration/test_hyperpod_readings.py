@@ -778,3 +778,28 @@ def test_ingestion_time_is_the_virtual_time_of_the_append(env: Env, lag: float) 
     group = f"/aws/sagemaker/Clusters/hp/{env.fake.cluster('hp').cluster_id}"
     events = env.logs.filter_log_events(logGroupName=group)["events"]
     assert len(events) == 9 and {e["ingestionTime"] - e["timestamp"] for e in events} == {round(lag * 1000)}
+
+
+@pytest.mark.parametrize("fmt", ["doc-2024", "doc-2026-lines", "doc-2026-records"])
+def test_the_doc_formats_write_the_pages_lines_untrimmed(env: Env, fmt: str) -> None:
+    """A healthy node's InstanceStress output is the page's lines exactly, but for the times (the node's) and one EFA
+    line per further device (the first is the page's rdmap0s29): nothing trimmed, nothing tidied."""
+    from tests.corpus import aws_doc
+    from tests.fakes.checks import LEADING_TIME
+
+    good, _, _ = workers(env.fake)
+    env.fake.readings = Readings(result_format=fmt)
+    start(env)
+    env.fake.advance(30 + 3600)
+    doc = (aws_doc.HARDWARE_2024, aws_doc.DCGM_2024, aws_doc.EFA_2024) if fmt == "doc-2024" else (
+        aws_doc.HARDWARE_2026, aws_doc.DCGM_2026, aws_doc.EFA_2026)  # fmt: skip
+    page = [line for lines in doc for line in lines]
+    written = [line for message in messages(env, good) for line in message.split("\n")]
+    untimed = [LEADING_TIME.sub("<time>", line) for line in written]
+    assert untimed[: len(page)] == [LEADING_TIME.sub("<time>", line) for line in page]
+    efa = [line for line in written[len(page) :] if LEADING_TIME.match(line)]
+    assert efa and all(
+        "rdmap0s29" not in line and "EFA Loopback check passed for device: rdmap0s" in line for line in efa
+    )
+    events = messages(env, good)
+    assert len(events) == (len(aws_doc.records(doc[0])) + 2 + len(efa) if fmt == "doc-2026-records" else len(written))
