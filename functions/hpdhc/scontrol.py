@@ -138,9 +138,10 @@ class SlurmUnreachable(SlurmError):
 
 
 class Slurm(Protocol):
-    """What the bridge needs of Slurm: its nodes, and one update of some nodes (raising SlurmError when refused)."""
+    """What the bridge needs of Slurm: its nodes (every one, or those of `names` it knows), and one update of some
+    nodes (raising SlurmError when refused)."""
 
-    def nodes(self) -> dict[str, SlurmNode]: ...
+    def nodes(self, names: Sequence[str] = ()) -> dict[str, SlurmNode]: ...
 
     def update(self, nodes: Sequence[str], args: list[str]) -> None: ...
 
@@ -157,8 +158,11 @@ class Scontrol(Slurm):
         self.binary = binary
         self.timeout_s = timeout_s
 
-    def nodes(self) -> dict[str, SlurmNode]:
-        return parse_nodes(self._run(["-o", "show", "node"]))
+    def nodes(self, names: Sequence[str] = ()) -> dict[str, SlurmNode]:
+        if not names:
+            return parse_nodes(self._run(["-o", "show", "node"]))
+        known = [n for n in names if _NODE_NAME.fullmatch(n)]
+        return parse_nodes(self._run(["-o", "show", "node", ",".join(known)])) if known else {}
 
     def update(self, nodes: Sequence[str], args: list[str]) -> None:
         unsafe = [a for a in args if not _SAFE_ARG.fullmatch(a)]

@@ -242,8 +242,39 @@ def _apply(plan: Mapping[str, list[str]], slurm: Slurm, result: SyncResult, dry_
     for change, names in batches.items():
         for start in range(0, len(names), UPDATE_BATCH):
             part = names[start : start + UPDATE_BATCH]
-            if not _update(slurm, part, list(change), result, dry_run):
+            if "State=RESUME" in change:
+                kept = _still_ours(slurm, part, result)
+                if kept is None:
+                    return
+                part = kept
+            if part and not _update(slurm, part, list(change), result, dry_run):
                 return
+
+
+def _still_ours(slurm: Slurm, names: list[str], result: SyncResult) -> list[str] | None:
+    """The nodes of `names` that, read again right before their RESUME, are still drained by us alone: a drain,
+    DOWN or FAIL someone placed since the pass read Slurm is theirs, and is kept (held, reported as such). None
+    when slurmctld cannot be reached (the pass stops); [] when the read is refused: nothing is resumed."""
+    try:
+        now = slurm.nodes(names)
+    except SlurmUnreachable as err:
+        result.failure = result.failure or EXIT_SLURM
+        result.errors.append(f"{err}: the pass stops here")
+        log.error("%s: the pass stops here", err)
+        return None
+    except SlurmError as err:
+        result.errors.append(f"{err}: not resumed")
+        log.warning("%s: not resumed", err)
+        return []
+    kept = []
+    for name in names:
+        node = now.get(name)
+        if node is not None and node.claim is None and node.drained:
+            kept.append(name)
+        elif node is not None and node.claim is not None:
+            result.held[name] = _printable(node.claim)[:HELD_MAX]
+            log.info("%s: %s since this pass read Slurm; not resumed", name, result.held[name])
+    return kept
 
 
 def _update(slurm: Slurm, names: list[str], args: list[str], result: SyncResult, dry_run: bool) -> bool:

@@ -206,8 +206,8 @@ def run_idle(nodes: int, hours: float) -> IdleCost:
         slurm_nodes = {n: SlurmNode(name=n, features=passed, available=FEATURES, partitions=(GROUP,)) for n in names}
 
         class IdleSlurm:
-            def nodes(self) -> dict[str, SlurmNode]:
-                return dict(slurm_nodes)
+            def nodes(self, names: Sequence[str] = ()) -> dict[str, SlurmNode]:
+                return {k: v for k, v in slurm_nodes.items() if not names or k in names}
 
             def update(self, names: Sequence[str], args: list[str]) -> None:
                 raise AssertionError(f"an idle cluster's bridge changed Slurm: {len(names)} node(s), {args}")

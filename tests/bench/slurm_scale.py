@@ -20,6 +20,7 @@ import shutil
 import signal
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -40,10 +41,10 @@ class Registered(Scontrol):
         super().__init__()
         self.calls = 0
 
-    def nodes(self) -> dict[str, SlurmNode]:
+    def nodes(self, names: Sequence[str] = ()) -> dict[str, SlurmNode]:
         self.calls += 1
         out = {}
-        for name, node in super().nodes().items():
+        for name, node in super().nodes(names).items():
             states = tuple(w for w in node.states if w not in UNREGISTERED) or ("IDLE",)
             reason = None if node.reason == "Not responding" else node.reason
             out[name] = replace(node, states=states, reason=reason)
@@ -122,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster.processes.remove(ctld)
 
         class Gone(Registered):
-            def nodes(self) -> dict[str, SlurmNode]:
+            def nodes(self, names: Sequence[str] = ()) -> dict[str, SlurmNode]:
                 return nodes
 
         gone, back = Gone(), Document(names, WAIT, FEATURES[0])

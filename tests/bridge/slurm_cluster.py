@@ -21,7 +21,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,9 +94,9 @@ class SlurmCluster:
             raise AssertionError(f"{' '.join(args)} failed: {done.stderr.strip()}")
         return done.stdout
 
-    def nodes(self) -> dict[str, SlurmNode]:
+    def nodes(self, names: Sequence[str] = ()) -> dict[str, SlurmNode]:
         """Slurm's state as the bridge reads it."""
-        return Scontrol().nodes()
+        return Scontrol().nodes(names)
 
     def line(self, node: str) -> str:
         """The node's raw `scontrol -o show node` line."""

@@ -7,6 +7,7 @@ under the oldest Python the bridge supports."""
 import json
 import socket
 import stat
+from collections.abc import Sequence
 from dataclasses import replace
 
 import pytest
@@ -262,10 +263,10 @@ class FakeSlurm:
         self.unreadable = False
         self.unreachable_after = unreachable_after
 
-    def nodes(self) -> dict[str, SlurmNode]:
+    def nodes(self, names: Sequence[str] = ()) -> dict[str, SlurmNode]:
         if self.unreadable:
             raise SlurmUnreachable("scontrol -o show node: slurm_load_node error: Unable to contact slurm controller")
-        return dict(self.state)
+        return {k: v for k, v in self.state.items() if not names or k in names}
 
     def update(self, nodes, args: list[str]) -> None:
         if self.unreachable_after is not None and len(self.updates) >= self.unreachable_after:
@@ -353,6 +354,44 @@ def test_a_held_node_is_reported_with_its_claim_and_never_resumed():
         {"node": "a", "busy": False, "key": "lid-a", "held": "DOWN: bad dimm, do not use"},
         {"node": "b", "busy": False, "key": "lid-b", "held": "FAIL: Action:Reboot"},
     ]
+
+
+class DrainedBetweenReadAndWrite(FakeSlurm):
+    """Someone acts on the cluster after the pass read Slurm and before it writes: `meddle` is applied to the node
+    on the first re-read of only some nodes (the read right before a RESUME)."""
+
+    def __init__(self, *nodes: SlurmNode, meddle: dict[str, SlurmNode]) -> None:
+        super().__init__(*nodes)
+        self.meddle = meddle
+
+    def nodes(self, names: Sequence[str] = ()) -> dict[str, SlurmNode]:
+        if names:
+            self.state.update(self.meddle)
+            self.meddle = {}
+        return super().nodes(names)
+
+
+def test_a_claim_placed_between_the_passs_read_and_its_resume_is_kept():
+    ours = {"reason": AWAITING, "drained": True}
+    admin = node("a", drained=True, reason="admin: dimm suspect", states=("IDLE", "DRAIN"))
+    slurm = DrainedBetweenReadAndWrite(node("a", **ours), node("b", **ours), meddle={"a": admin})
+    controller = FakeController(document(entry("a", None, PASSED), entry("b", None, PASSED)))
+    result = sync_once("c", controller, slurm, PARTITIONS)
+    assert [u[0] for u in slurm.updates] == [("b",)], "only the node still drained by us alone is resumed"
+    assert slurm.state["a"] == admin and not slurm.state["b"].drained
+    assert result.held == {"a": "admin: dimm suspect"}
+    assert {r["node"]: r.get("held") for r in controller.reports[0]} == {"a": "admin: dimm suspect", "b": None}
+
+
+def test_slurmctld_gone_at_the_read_before_a_resume_stops_the_pass_with_nothing_resumed():
+    class GoneAtReRead(FakeSlurm):
+        def nodes(self, names: Sequence[str] = ()) -> dict[str, SlurmNode]:
+            self.unreadable = bool(names)
+            return super().nodes(names)
+
+    slurm = GoneAtReRead(node("a", drained=True, reason=AWAITING))
+    result = sync_once("c", FakeController(document(entry("a", None, PASSED))), slurm, PARTITIONS)
+    assert slurm.updates == [] and result.failure == bridge.EXIT_SLURM and "the pass stops here" in result.errors[-1]
 
 
 def test_an_empty_or_partial_document_drains_nothing_it_does_not_list():

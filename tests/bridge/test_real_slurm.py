@@ -213,6 +213,33 @@ def test_our_reason_is_reworded_as_the_check_moves_on_and_a_passed_node_takes_jo
     assert sync(controller).applied == {}
 
 
+class DrainedAfterTheRead(Scontrol):
+    """The read/write race, widened: right after the pass reads Slurm, an admin drains `node` (between the pass's
+    `show node` and its `update`)."""
+
+    def __init__(self, slurm: SlurmCluster, node: str) -> None:
+        super().__init__()
+        self.slurm, self.node, self.done = slurm, node, False
+
+    def nodes(self, names=()):
+        seen = super().nodes(names)
+        if not names and not self.done:
+            self.slurm.run("scontrol", "update", f"NodeName={self.node}", "State=DRAIN", "Reason=admin: dimm suspect")
+            self.done = True
+        return seen
+
+
+def test_an_admins_drain_placed_between_the_passs_read_and_its_resume_survives_the_pass(slurm: SlurmCluster):
+    controller = FakeController(entry(A, WAITING), entry(B, WAITING))
+    sync(controller)
+    controller.document = document(entry(A, None, "HealthCheck:Passed"), entry(B, None, "HealthCheck:Passed"))
+    result = sync(controller, DrainedAfterTheRead(slurm, A))
+    line = slurm.line(A)
+    assert field(line, "Reason").startswith("admin: dimm suspect") and "DRAIN" in field(line, "State"), line
+    assert A not in result.applied and result.held[A] == "admin: dimm suspect"
+    assert B in result.applied and "DRAIN" not in field(slurm.line(B), "State"), "the other node is resumed"
+
+
 def _hold(slurm: SlurmCluster, node: str, how: str) -> None:
     if how == "admin DOWN":
         slurm.run("scontrol", "update", f"NodeName={node}", "State=DOWN", "Reason=bad dimm, do not use")

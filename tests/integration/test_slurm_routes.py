@@ -465,8 +465,8 @@ class _IdleSlurm:
         self._nodes = {n: SlurmNode(name=n, features=passed, available=FEATURES, partitions=("dev",)) for n in names}
         self.updates: list[tuple[list[str], list[str]]] = []
 
-    def nodes(self):
-        return dict(self._nodes)
+    def nodes(self, names=()):
+        return {k: v for k, v in self._nodes.items() if not names or k in names}
 
     def update(self, nodes, args) -> None:
         self.updates.append((list(nodes), list(args)))

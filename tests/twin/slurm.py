@@ -52,7 +52,9 @@ class TwinSlurm:
             out[sim._hostname(n.private_ip).split(".", 1)[0]] = n
         return out
 
-    def nodes(self) -> dict[str, SlurmNode]:
+    def nodes(self, names: Sequence[str] = ()) -> dict[str, SlurmNode]:
+        if names:  # a re-read right before a RESUME, at the same instant as the pass's read
+            return {k: v for k, v in self.nodes().items() if k in names}
         sim, now = self.twin.sim, self.twin.clock.now()
         listed = {}
         self._seen = self._nodes()  # the pass's updates follow at the same instant: one scan of the cluster
