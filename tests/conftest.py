@@ -40,21 +40,3 @@ def load_event(name: str) -> dict:
 @pytest.fixture
 def event():
     return load_event
-
-
-# The suites whose tests run for seconds to minutes each start first, the longest of them before the rest, and the
-# thousand quick tests fill in behind: on 2 workers a long test collected last would leave one worker idle at the end.
-SLOW_SUITES = ("simulation", "integration")
-LONGEST = ("test_an_800_node_storm", "test_a_3000_node_round", "test_the_bridge_tests_pass_on_the_oldest_supported")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    tests = Path(__file__).parent
-
-    def rank(item: pytest.Item) -> int:
-        if any(name in item.name for name in LONGEST):
-            return 0
-        suite = item.path.relative_to(tests).parts[0] if item.path.is_relative_to(tests) else ""
-        return 1 if suite in SLOW_SUITES else 2
-
-    items.sort(key=rank)  # stable: each rank keeps the collection order
