@@ -258,9 +258,7 @@ def _still_ours(slurm: Slurm, names: list[str], result: SyncResult) -> list[str]
     try:
         now = slurm.nodes(names)
     except SlurmUnreachable as err:
-        result.failure = result.failure or EXIT_SLURM
-        result.errors.append(f"{err}: the pass stops here")
-        log.error("%s: the pass stops here", err)
+        _stop(result, err)
         return None
     except SlurmError as err:
         result.errors.append(f"{err}: not resumed")
@@ -277,6 +275,13 @@ def _still_ours(slurm: Slurm, names: list[str], result: SyncResult) -> list[str]
     return kept
 
 
+def _stop(result: SyncResult, err: SlurmUnreachable) -> None:
+    """slurmctld cannot be reached: the pass stops, and says so."""
+    result.failure = result.failure or EXIT_SLURM
+    result.errors.append(f"{err}: the pass stops here")
+    log.error("%s: the pass stops here", err)
+
+
 def _update(slurm: Slurm, names: list[str], args: list[str], result: SyncResult, dry_run: bool) -> bool:
     """False when slurmctld cannot be reached (the pass stops)."""
     command = ["scontrol", "update", "NodeName=" + ",".join(names), *args]
@@ -287,9 +292,7 @@ def _update(slurm: Slurm, names: list[str], args: list[str], result: SyncResult,
     try:
         slurm.update(names, args)
     except SlurmUnreachable as err:
-        result.failure = result.failure or EXIT_SLURM
-        result.errors.append(f"{err}: the pass stops here")
-        log.error("%s: the pass stops here", err)
+        _stop(result, err)
         return False
     except SlurmError as err:
         if len(names) == 1:
