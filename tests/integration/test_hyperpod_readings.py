@@ -154,18 +154,22 @@ def test_failed_status_failure_vanishes_then_hyperpod_replaces(env: Env) -> None
     assert status(env, bad) == "Running" and iid(env, bad) != old
 
 
-def test_busy_error_is_configurable(env: Env) -> None:
+@pytest.mark.parametrize(
+    ("message", "said"),
+    [
+        ("There is an existing operation on {cluster}", "There is an existing operation on hp"),
+        # A message a real cluster answered, replayed as it was: braces are text, only {cluster} is a placeholder.
+        ('Busy: {"op": "hp-2", "nodes": {}} on {cluster} {0}', 'Busy: {"op": "hp-2", "nodes": {}} on hp {0}'),
+    ],
+)
+def test_busy_error_is_configurable(env: Env, message: str, said: str) -> None:
     workers(env.fake)
-    env.fake.readings = Readings(
-        busy_error=BusyError(
-            code="ConflictException", message="There is an existing operation on {cluster}", status=409
-        )
-    )
+    env.fake.readings = Readings(busy_error=BusyError(code="ConflictException", message=message, status=409))
     start(env)
     with pytest.raises(ClientError) as exc:
         start(env)
     assert error_code(exc) == "ConflictException" and exc.value.response["ResponseMetadata"]["HTTPStatusCode"] == 409
-    assert exc.value.response["Error"]["Message"] == "There is an existing operation on hp"
+    assert exc.value.response["Error"]["Message"] == said
 
 
 def test_supersede_drops_the_old_checks_unfinished_nodes(env: Env) -> None:
