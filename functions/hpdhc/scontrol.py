@@ -4,9 +4,9 @@ what never stops a job (drain, resume, reason, features), many nodes at a time. 
 
 Who owns a node's state is read by allow-list (`SlurmNode.claim`): the bridge may change a node only when every
 word of its state is one of use (idle, allocated, mixed, completing, reserved, planned) or a drain whose reason is
-ours, and any reason on it is ours. Anything else (an admin's or Slurm's DOWN, FAIL, MAINT, REBOOT_*, POWER_*,
-NOT_RESPONDING, a drain with another reason, HyperPod's `Action:Reboot`, a state word this version does not know)
-is someone else's claim, and the node is left exactly as it is.
+ours, any reason on it is ours, and no active reservation holds it. Anything else (an admin's or Slurm's DOWN, FAIL,
+MAINT, REBOOT_*, POWER_*, NOT_RESPONDING, a drain with another reason, HyperPod's `Action:Reboot`, a state word this
+version does not know, a reservation, MAINT or not) is someone else's claim, and the node is left exactly as it is.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 OWNED_PREFIX = "hpdhc:"  # a drain reason the controller owns: the only kind the bridge resumes or re-words
@@ -42,6 +42,7 @@ class SlurmNode:
     partitions: tuple[str, ...] = ()
     busy: bool = False  # a running or completing job on it
     states: tuple[str, ...] = ("IDLE",)  # every word of State= (IDLE, DRAIN, DOWN, NOT_RESPONDING, ...)
+    reservation: str | None = None  # the active reservation that holds it, as `reservation NAME [(FLAGS)]`
 
     @property
     def owned(self) -> bool:
@@ -49,7 +50,10 @@ class SlurmNode:
 
     @property
     def claim(self) -> str | None:
-        """Why the node is someone else's (a foreign state word or reason), or None when the bridge may change it."""
+        """Why the node is someone else's (a reservation, a foreign state word or reason), or None when the bridge
+        may change it."""
+        if self.reservation:
+            return self.reservation
         foreign = [w for w in self.states if w not in FREE_STATE_WORDS and w not in DRAIN_WORDS]
         if foreign:
             return "+".join(foreign) + (f": {self.reason}" if self.reason else "")
@@ -106,6 +110,34 @@ _SUFFIX_FLAGS = {"*": "NOT_RESPONDING", "~": "POWERED_DOWN", "#": "POWERING_UP",
                  "-": "PLANNED"}  # fmt: skip
 
 
+@dataclass(frozen=True)
+class Reservation:
+    """One `scontrol -o show reservation` line."""
+
+    name: str
+    nodes: str  # a hostlist expression ("" for none)
+    active: bool
+    flags: tuple[str, ...] = ()
+
+    @property
+    def claim(self) -> str:
+        shown = [f for f in self.flags if f != "SPEC_NODES"]
+        return f"reservation {self.name}" + (f" ({','.join(shown)})" if shown else "")
+
+
+def parse_reservations(text: str) -> list[Reservation]:
+    """Every reservation of `scontrol -o show reservation` output (`No reservations in the system`: none)."""
+    out = []
+    for line in text.splitlines():
+        fields = _fields(line.strip())
+        if fields.get("ReservationName"):
+            nodes = fields.get("Nodes", "")
+            out.append(Reservation(name=fields["ReservationName"], nodes="" if nodes == "(null)" else nodes,
+                                   active=fields.get("State", "").upper() == "ACTIVE",
+                                   flags=_listed(fields.get("Flags"))))  # fmt: skip
+    return out
+
+
 def _state_words(state: str) -> tuple[str, ...]:
     words: list[str] = []
     for word in state.upper().split("+"):
@@ -159,10 +191,23 @@ class Scontrol(Slurm):
         self.timeout_s = timeout_s
 
     def nodes(self, names: Sequence[str] = ()) -> dict[str, SlurmNode]:
-        if not names:
-            return parse_nodes(self._run(["-o", "show", "node"]))
+        """The nodes (every one, or those of `names`), each with the active reservation that holds it: Slurm 22.05
+        shows none in a node's State, so reservations are read too (`scontrol -o show reservation`)."""
         known = [n for n in names if _NODE_NAME.fullmatch(n)]
-        return parse_nodes(self._run(["-o", "show", "node", ",".join(known)])) if known else {}
+        if names and not known:
+            return {}
+        nodes = parse_nodes(self._run(["-o", "show", "node", *([",".join(known)] if known else [])]))
+        held = self._reserved()
+        return {name: replace(node, reservation=held.get(name)) for name, node in nodes.items()}
+
+    def _reserved(self) -> dict[str, str]:
+        """Node -> the active reservation holding it, `reservation NAME (FLAGS)`."""
+        out: dict[str, str] = {}
+        for reservation in parse_reservations(self._run(["-o", "show", "reservation"])):
+            if reservation.active and reservation.nodes:
+                for name in self._run(["show", "hostnames", reservation.nodes]).split():
+                    out.setdefault(name, reservation.claim)
+        return out
 
     def update(self, nodes: Sequence[str], args: list[str]) -> None:
         unsafe = [a for a in args if not _SAFE_ARG.fullmatch(a)]

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from hpdhc.scontrol import Scontrol, SlurmNode
+from hpdhc.scontrol import Scontrol, SlurmNode, parse_reservations
 
 NODES = {"ip-10-0-0-1": "dev", "ip-10-0-0-2": "dev", "ip-10-0-0-3": "cpu"}  # node -> partition
 FEATURES = {"ip-10-0-0-1": "gpu,efa", "ip-10-0-0-2": "gpu,efa", "ip-10-0-0-3": ""}  # as slurm.conf sets them
@@ -125,9 +125,11 @@ class SlurmCluster:
         self.slurmd[name] = _spawn(self, "slurmd", "-D", "-N", name, "-f", str(self.conf))
 
     def reset(self) -> None:
-        """Back to the state slurm.conf gives: no jobs, every slurmd up, every node IDLE with its configured
-        features."""
+        """Back to the state slurm.conf gives: no jobs, no reservations, every slurmd up, every node IDLE with its
+        configured features."""
         self.run("scancel", "--quiet", "--user=root")
+        for reservation in parse_reservations(self.run("scontrol", "-o", "show", "reservation")):
+            self.run("scontrol", "delete", f"ReservationName={reservation.name}")
         wait_for(lambda: not self.run("squeue", "-h", "-o", "%i").strip(), "no jobs left")
         for name in NODES:
             if name not in self.slurmd or self.slurmd[name].poll() is not None:

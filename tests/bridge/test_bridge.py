@@ -18,7 +18,16 @@ from hpdhc import bridge, cli, gate
 from hpdhc.bridge import load_partitions
 from hpdhc.client import ApiError, OperatorClient
 from hpdhc.document import FEATURES, Desired, Document, Memory
-from hpdhc.scontrol import OWNED_PREFIX, Scontrol, SlurmError, SlurmNode, SlurmUnreachable, parse_node, parse_nodes
+from hpdhc.scontrol import (
+    OWNED_PREFIX,
+    Scontrol,
+    SlurmError,
+    SlurmNode,
+    SlurmUnreachable,
+    parse_node,
+    parse_nodes,
+    parse_reservations,
+)
 from hpdhc.sync import (
     AWAITING,
     EXIT_API,
@@ -126,6 +135,30 @@ def test_scontrol_lines_are_read_and_anything_not_ours_is_a_claim(line, drained,
     assert (node.drained, node.reason, node.features, node.available, node.partitions, node.busy) == (
         drained, reason, features, features, partitions, busy)  # fmt: skip
     assert node.claim == claim
+
+
+# `scontrol -o show reservation` on Slurm 22.05 (one line each; State=INACTIVE: not started yet)
+RESERVATIONS = (
+    "ReservationName=maint1 StartTime=2026-12-05T00:27:04 EndTime=2026-12-05T01:27:04 Duration=01:00:00 "
+    "Nodes=ip-10-0-0-[1-2] NodeCnt=2 CoreCnt=2 Features=(null) PartitionName=(null) Flags=MAINT,SPEC_NODES TRES=cpu=2 "
+    "Users=root Groups=(null) Accounts=(null) Licenses=(null) State=ACTIVE BurstBuffer=(null) Watts=n/a "
+    "MaxStartDelay=(null)\n"
+    "ReservationName=later StartTime=2026-12-06T00:00:00 EndTime=2026-12-06T01:00:00 Duration=01:00:00 "
+    "Nodes=ip-10-0-0-3 NodeCnt=1 CoreCnt=1 Features=(null) PartitionName=(null) Flags=SPEC_NODES TRES=cpu=1 "
+    "Users=root Groups=(null) Accounts=(null) Licenses=(null) State=INACTIVE BurstBuffer=(null) Watts=n/a "
+    "MaxStartDelay=(null)\n"
+)
+
+
+def test_reservations_are_read_and_an_active_one_is_a_claim_maint_or_not():
+    maint, later = parse_reservations(RESERVATIONS)
+    assert (maint.name, maint.nodes, maint.active, maint.claim) == (
+        "maint1", "ip-10-0-0-[1-2]", True, "reservation maint1 (MAINT)")  # fmt: skip
+    assert (later.nodes, later.active, later.claim) == ("ip-10-0-0-3", False, "reservation later")
+    assert parse_reservations("No reservations in the system\n") == []
+    reserved = SlurmNode("a", reservation=maint.claim)
+    assert reserved.claim == "reservation maint1 (MAINT)"
+    assert changes(Desired(WAIT, IN_PROGRESS), reserved) == [], "never drained, never relabelled"
 
 
 def test_a_listing_is_every_node_by_name_and_nothing_else():
@@ -522,9 +555,11 @@ def fake_scontrol(tmp_path):
     script.write_text(
         "#!/bin/sh\n"
         f'printf "%s\\n" "$*" >> {calls}\n'
-        'case "$1" in\n'
-        f'  -o) printf "%s\\n%s\\n" "{IDLE}" "{NEVER_REGISTERED}" ;;\n'
-        '  update) [ -z "$FAIL_UPDATE" ] || { echo "$FAIL_UPDATE" >&2; exit 1; };;\n'
+        'case "$1 $3" in\n'
+        '  "-o reservation") [ -n "$RESERVED" ] && printf "%s" "$RESERVED" || echo "No reservations in the system" ;;\n'
+        f'  -o*) printf "%s\\n%s\\n" "{IDLE}" "{NEVER_REGISTERED}" ;;\n'
+        '  "show ip-10-0-0-[1-2]") printf "ip-10-0-0-1\\nip-10-0-0-2\\n" ;;\n'
+        '  update*) [ -z "$FAIL_UPDATE" ] || { echo "$FAIL_UPDATE" >&2; exit 1; };;\n'
         "esac\n"
     )
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
@@ -539,6 +574,7 @@ def test_scontrol_is_run_with_exactly_the_changes(fake_scontrol, monkeypatch):
                                                      "ActiveFeatures=a"])  # fmt: skip
     assert calls.read_text().splitlines() == [
         "-o show node",
+        "-o show reservation",
         f"update NodeName=ip-10-0-0-1,ip-10-0-0-2 State=DRAIN Reason={WAIT} AvailableFeatures=a,b ActiveFeatures=a",
     ]
     monkeypatch.setenv("FAIL_UPDATE", "slurm_update error: Invalid node name specified")
@@ -548,6 +584,18 @@ def test_scontrol_is_run_with_exactly_the_changes(fake_scontrol, monkeypatch):
     monkeypatch.setenv("FAIL_UPDATE", "slurm_update error: Unable to contact slurm controller (connect failure)")
     with pytest.raises(SlurmUnreachable):
         scontrol.update(["ip-10-0-0-1"], ["State=RESUME"])
+
+
+def test_a_node_an_active_reservation_holds_is_read_with_it(fake_scontrol, monkeypatch):
+    script, calls = fake_scontrol
+    monkeypatch.setenv("RESERVED", RESERVATIONS)
+    nodes = Scontrol(str(script)).nodes(["ip-10-0-0-1", "ip-10-0-0-2"])
+    assert {n: node.claim for n, node in nodes.items()} == {
+        "ip-10-0-0-1": "reservation maint1 (MAINT)",
+        "ip-10-0-0-2": "reservation maint1 (MAINT)",  # its own claim (never registered) comes second
+    }
+    assert calls.read_text().splitlines() == [
+        "-o show node ip-10-0-0-1,ip-10-0-0-2", "-o show reservation", "show hostnames ip-10-0-0-[1-2]"]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -676,7 +724,7 @@ def test_hpdhc_bridge_fails_loudly_on_config_and_runs_no_update_against_an_unrea
     parameters = tmp_path / "p.json"
     parameters.write_text(json.dumps({"worker_groups": [{"instance_group_name": "g", "partition_name": "dev"}]}))
     assert cli.main([*base, "--provisioning-parameters", str(parameters)]) == 4
-    assert calls.read_text().splitlines() == ["-o show node"], "read, never updated"
+    assert calls.read_text().splitlines() == ["-o show node", "-o show reservation"], "read, never updated"
 
 
 def test_a_second_bridge_for_the_cluster_exits_instead_of_double_applying(tmp_path):

@@ -272,6 +272,23 @@ def test_a_node_someone_else_holds_survives_a_whole_controller_cycle_untouched_a
     assert field(slurm.line(A), "ActiveFeatures") == "gpu,efa", "not even relabelled"
 
 
+def test_a_node_in_someone_elses_reservation_maint_or_not_is_held_and_reported_never_drained(slurm: SlurmCluster):
+    """Slurm 22.05 shows no reservation in a node's State: the bridge reads the reservations themselves."""
+    slurm.run("scontrol", "create", "reservation", "ReservationName=maint1", "StartTime=now", "Duration=60",
+              "Users=root", "Flags=MAINT", f"Nodes={A}")  # fmt: skip
+    slurm.run("scontrol", "create", "reservation", "ReservationName=team", "StartTime=now", "Duration=60",
+              "Users=root", f"Nodes={B}")  # fmt: skip
+    scontrol = RecordingScontrol()
+    controller = FakeController(entry(A, WAITING), entry(B, WAITING), entry(C, WAITING))
+    result = sync(controller, scontrol)
+    assert result.held == {A: "reservation maint1 (MAINT)", B: "reservation team"}
+    assert {node for node, _ in scontrol.updates} == {C}, "only the node no one holds is drained"
+    for node in (A, B):
+        assert "DRAIN" not in field(slurm.line(node), "State")
+    assert {r["node"]: r.get("held") for r in controller.reports[-1]} == {
+        A: "reservation maint1 (MAINT)", B: "reservation team", C: None}  # fmt: skip
+
+
 def test_a_running_job_is_not_killed_when_its_node_is_drained_and_is_reported_busy(slurm: SlurmCluster):
     job = slurm.sbatch(A)
     controller = FakeController(entry(A, WAITING), entry(B, WAITING))
