@@ -50,7 +50,7 @@ NOTIFICATION_EMAIL_KEY = "hyperpod-dhc:notification-email"
 # Deliberately loose (SNS sends a confirmation mail anyway): one @, no spaces, a dot in the domain.
 _EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s.]+")
 # Who may reset a cluster's breaker or lift a capacity hold through the API: cluster name (or "*", every
-# cluster) -> IAM role or user ARN patterns (ArnLike: `*` and `?` wildcards). Unset or {}: nobody.
+# cluster) -> IAM role or user ARN patterns (``principal_pattern_problem`` says which). Unset or {}: nobody.
 BREAKER_RESETTERS_KEY = "hyperpod-dhc:breaker-resetters"
 # Whose Slurm bridge a cluster's is: cluster name (or "*") -> the execution role(s) of its Slurm controller group.
 # Only they may read the cluster's desired Slurm state and report its occupancy; a cluster named here also gets
@@ -67,7 +67,18 @@ WEBHOOKS_KEY = "hyperpod-dhc:webhooks"
 EVERY_CLUSTER = "*"
 # What `aws:PrincipalArn` is for a role (its path included) or a user of one account; an assumed-role
 # session ARN (arn:aws:sts::...:assumed-role/...) never is, so it is refused rather than never matching.
-_PRINCIPAL_PATTERN = re.compile(r"arn:aws(?:-cn|-us-gov)?:iam::[0-9]{12}:(?:role|user)/[\w+=,.@/*?-]+")
+# The strict reading (issue 29): partition, service, account and resource type spelled out; a path segment or
+# name of IAM's characters; the one wildcard a whole last segment `*` after a spelled-out path (role/PATH/*).
+_SEGMENT = r"[A-Za-z0-9_+=,.@-]+"
+_PRINCIPAL_HEAD = r"arn:aws(?:-cn|-us-gov)?:iam::[0-9]{12}:(?:role|user)/"
+_PRINCIPAL_PATTERN = re.compile(rf"{_PRINCIPAL_HEAD}(?:(?:{_SEGMENT}/)*{_SEGMENT}|(?:{_SEGMENT}/)+\*)")
+_PRINCIPAL_RESOURCE = re.compile(rf"{_PRINCIPAL_HEAD}(.+)")
+_SESSION = re.compile(r"arn:[^:]*:sts::[^:]*:assumed-role/.*")
+PRINCIPAL_PATTERNS_ALLOWED = (
+    "allowed: an exact IAM role or user ARN, its path included (arn:aws:iam::123456789012:role/PATH/NAME), "
+    "or every role or user under a spelled-out path (arn:aws:iam::123456789012:role/PATH/*, which also admits "
+    "that path's sub-paths)"
+)
 
 __all__ = [
     "CONTEXT_KEY",
@@ -77,6 +88,7 @@ __all__ = [
     "deletion_protection",
     "notification_email",
     "principal_map",
+    "principal_pattern_problem",
     "prop_name",
     "read_breaker_resetters",
     "read_check_requesters",
@@ -226,7 +238,8 @@ def principal_map(raw: object, config: ControllerConfig, where: str) -> dict[str
     """Cluster name (or ``"*"``) -> principal ARN patterns, deduplicated; {} for None or "".
 
     Raises ``ConfigError`` naming ``where`` for anything but a map of cluster names (watched ones, when
-    ``clusters`` is a list) to non-empty lists of IAM role or user ARN patterns of 12-digit accounts.
+    ``clusters`` is a list) to non-empty lists of IAM role or user ARN patterns ``principal_pattern_problem``
+    allows.
     """
     if raw is None or raw == "":
         return {}
@@ -243,13 +256,40 @@ def principal_map(raw: object, config: ControllerConfig, where: str) -> dict[str
         if not isinstance(patterns, list | tuple) or not patterns:
             raise ConfigError(f'{where}: "{cluster}" must be a non-empty list of principal ARN patterns')
         for pattern in patterns:
-            if not isinstance(pattern, str) or not _PRINCIPAL_PATTERN.fullmatch(pattern):
-                raise ConfigError(
-                    f'{where}: "{cluster}" has {pattern!r}, not an IAM role or user ARN pattern such as '
-                    f'"arn:aws:iam::123456789012:role/HyperPodOnCall*" (for a session, name its role)'
-                )
+            problem = principal_pattern_problem(pattern)
+            if problem is not None:
+                raise ConfigError(f'{where}: "{cluster}" has {pattern!r}: {problem}')
         out[cluster] = tuple(dict.fromkeys(patterns))
     return out
+
+
+def principal_pattern_problem(pattern: object) -> str | None:
+    """None when ``pattern`` may name principals (an ``aws:PrincipalArn`` pattern), else why not and what is allowed.
+
+    Allowed (the strict reading, issue 29): ``arn:<aws|aws-cn|aws-us-gov>:iam::<12-digit account>:<role|user>/``
+    then path segments and a name (letters, digits, ``_+=,.@-``), all spelled out: an exact principal, path
+    included, as IAM gives a role's ``aws:PrincipalArn``; or a spelled-out path then a whole last segment ``*``
+    (``role/team/*``): every role under /team/, and, as ``*`` matches across ``/``, under its sub-paths too.
+    Refused: ``*``, ``role/*``, a ``*`` within a segment (``role/dev-*`` also admits ``dev-prod-controller-exec``)
+    or before the last, ``?`` anywhere, a wildcard in the partition, service, account or resource type, an
+    assumed-role session ARN (never an ``aws:PrincipalArn``: name its role) and anything but a role or a user.
+    """
+    if isinstance(pattern, str) and _PRINCIPAL_PATTERN.fullmatch(pattern):
+        return None
+    if isinstance(pattern, str) and _SESSION.fullmatch(pattern):
+        why = "a session ARN is never a caller's aws:PrincipalArn: name its role (arn:aws:iam::ACCOUNT:role/NAME)"
+    elif isinstance(pattern, str) and "?" in pattern:
+        why = "? is not allowed anywhere"
+    elif not isinstance(pattern, str) or not (resource := _PRINCIPAL_RESOURCE.fullmatch(pattern)):
+        why = (
+            "not an IAM role or user ARN pattern with its partition, service (iam), 12-digit account and resource "
+            "type (role/ or user/) spelled out"
+        )
+    elif "*" in resource.group(1):
+        why = "* may only be a whole last path segment after a spelled-out path (role/PATH/*)"
+    else:
+        why = "an empty path segment or name, or a character IAM names do not have"
+    return f"{why}; {PRINCIPAL_PATTERNS_ALLOWED}"
 
 
 def retention(config: ControllerConfig) -> logs.RetentionDays:

@@ -10,19 +10,24 @@ parameter), the clusters named (they exist and are Slurm, not EKS). Then the app
 values as context (a bad value fails here, still before CloudFormation), the plan is printed from the synthesized
 template, and `cdk deploy` deploys that very assembly. ``AWS_ENDPOINT_URL`` is honoured by boto3 and the CDK CLI
 alike (``make deploy-moto`` points both at moto's server).
+
+The plan prints each principal pattern of ``[breaker_resetters]``, ``[slurm_bridges]`` and ``[check_requesters]``
+with what it admits now (``admissions``: IAM ``ListRoles`` / ``ListUsers`` under the pattern's path, read-only):
+the roles or users a ``PATH/*`` pattern matches, whether an exact one exists, or why they cannot be listed.
 """
 
 from __future__ import annotations
 
 import argparse
 import collections
+import fnmatch
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -38,6 +43,9 @@ BOOTSTRAP_QUALIFIER = "hnb659fds"  # the CDK default; `cdk bootstrap` without --
 BOOTSTRAP_PARAMETER = f"/cdk-bootstrap/{BOOTSTRAP_QUALIFIER}/version"
 MIN_BOOTSTRAP_VERSION = 6  # what aws-cdk-lib's default synthesizer asks (the assembly says so too)
 DEFAULT_CDK = REPO_ROOT / ".venv" / "cdk-cli" / "node_modules" / ".bin" / "cdk"
+ADMITTED_NAMES_SHOWN = 10  # the plan names at most this many of the principals a pattern admits, then "and N more"
+_IAM_LISTS = {"role": ("list_roles", "Roles", "RoleName"), "user": ("list_users", "Users", "UserName")}
+_Listed = list[tuple[str, str, str]] | str  # (ARN, path, name) of each role or user; or why IAM did not list them
 
 
 class PreflightError(RuntimeError):
@@ -176,8 +184,70 @@ def required_bootstrap(assembly: Path) -> int:
     return max([MIN_BOOTSTRAP_VERSION, *versions])
 
 
-def plan_text(config: DeployConfig, facts: Preflight, template: dict[str, Any], existing: str | None) -> str:
-    """What `make deploy` will do, for a human: where, for which clusters, who is told, what is created."""
+def admissions(session: boto3.Session, config: DeployConfig, account: str) -> dict[str, str]:
+    """Each principal pattern of ``config`` -> what it admits now, one line (IAM's list calls only, read-only).
+
+    ``admits: a, b (2 roles)`` for a ``PATH/*`` pattern (a role under a sub-path as ``sub/name``; at most
+    ``ADMITTED_NAMES_SHOWN`` names, then ``and N more``), ``the role exists`` / ``no such role ...`` for an exact one,
+    ``(cannot list roles: <reason>)`` when IAM does not answer (AccessDenied, no credentials) or the pattern is of
+    another account than ``account``'s (the one deployed to). One ``List{Roles,Users}`` walk per kind and path.
+    """
+    patterns = dict.fromkeys(arn for who in config.principals.values() for arns in who.values() for arn in arns)
+    if not patterns:
+        return {}
+    iam = session.client("iam", region_name=config.region)
+    listed: dict[tuple[str, str], _Listed] = {}  # (kind, path) -> what IAM listed there, or why not
+    return {pattern: _admission(iam, pattern, account, listed) for pattern in patterns}
+
+
+def _admission(iam: Any, pattern: str, account: str, listed: dict[tuple[str, str], _Listed]) -> str:
+    # arn:PARTITION:iam::ACCOUNT:KIND/PATH.../NAME, as principal_pattern_problem let it through (deploy_config)
+    pattern_account, _, rest = pattern.partition(":iam::")[2].partition(":")
+    kind, _, path_name = rest.partition("/")  # "role" or "user"
+    plural = f"{kind}s"
+    if pattern_account != account:
+        return f"(cannot list {plural}: they are account {pattern_account}'s, the plan runs in {account})"
+    head, _, name = path_name.rpartition("/")
+    path = f"/{head}/" if head else "/"
+    if (kind, path) not in listed:
+        listed[kind, path] = _principals_under(iam, kind, path)
+    principals = listed[kind, path]
+    if isinstance(principals, str):
+        return f"(cannot list {plural}: {principals})"
+    matched = [(arn, where, n) for arn, where, n in principals if fnmatch.fnmatchcase(arn, pattern)]
+    if name != "*":
+        return f"the {kind} exists" if matched else f"no such {kind} (it admits nobody until one is created)"
+    if not matched:
+        return f"admits: no {kind} now"
+    names = sorted(f"{where[len(path) :]}{n}" for _, where, n in matched)
+    shown = ", ".join(names[:ADMITTED_NAMES_SHOWN])
+    more = f" and {len(names) - ADMITTED_NAMES_SHOWN} more" if len(names) > ADMITTED_NAMES_SHOWN else ""
+    return f"admits: {shown}{more} ({len(names)} {kind if len(names) == 1 else plural})"
+
+
+def _principals_under(iam: Any, kind: str, path: str) -> _Listed:
+    """(ARN, path, name) of every role or user under ``path``, or why IAM did not list them."""
+    operation, key, name = _IAM_LISTS[kind]
+    try:
+        return [
+            (entry["Arn"], entry.get("Path", "/"), entry[name])
+            for page in iam.get_paginator(operation).paginate(PathPrefix=path)
+            for entry in page.get(key, [])
+        ]
+    except (ClientError, BotoCoreError) as err:
+        return _reason(err)
+
+
+def plan_text(
+    config: DeployConfig,
+    facts: Preflight,
+    template: dict[str, Any],
+    existing: str | None,
+    admitted: Mapping[str, str] | None = None,
+) -> str:
+    """What `make deploy` will do, for a human: where, for which clusters, who is told and may act, what is created.
+
+    ``admitted``: each principal pattern's line of ``admissions``, printed under it (none: the patterns alone)."""
     lines = [
         f"{'Update' if existing else 'Create'} stack {STACK_NAME} in {facts.account}/{facts.region}"
         + (f" (now {existing})" if existing else "")
@@ -205,13 +275,23 @@ def plan_text(config: DeployConfig, facts: Preflight, template: dict[str, Any], 
         + (", ".join(config.isolating_groups) if config.isolating_groups is not None else "every on-demand group")
     )
     for name, who in config.principals.items():
-        listed = "; ".join(f"{cluster}: {', '.join(arns)}" for cluster, arns in who.items())
-        lines.append(f"  {name.replace('_', ' ')}: {listed or 'nobody'}")
+        lines += _principal_lines(name.replace("_", " "), who, admitted or {})
     lines.append(f"  nodes table deletion protection: {'on' if config.table_deletion_protection else 'off'}")
     kinds = collections.Counter(resource["Type"] for resource in template.get("Resources", {}).values())
     lines.append(f"  resources: {sum(kinds.values())}")
     lines += [f"    {count:3d} {kind}" for kind, count in sorted(kinds.items())]
     return "\n".join(lines)
+
+
+def _principal_lines(title: str, who: Mapping[str, Iterable[str]], admitted: Mapping[str, str]) -> list[str]:
+    """``  slurm bridges: nobody``, or a line per cluster's pattern, each followed by what it admits when known."""
+    lines = [f"  {title}:" + ("" if who else " nobody")]
+    for cluster, arns in who.items():
+        for arn in arns:
+            lines.append(f"    {cluster}: {arn}")
+            if arn in admitted:
+                lines.append(f"      {admitted[arn]}")
+    return lines
 
 
 def existing_stack(session: boto3.Session, region: str) -> str | None:
@@ -292,7 +372,8 @@ def _act(args: argparse.Namespace, config: DeployConfig, session: boto3.Session,
             f"the stack needs CDK bootstrap version {needed}+, the account has {facts.bootstrap_version}"
         )
     existing = existing_stack(session, config.region)
-    print(plan_text(config, facts, json.loads(template_path.read_text()), existing), flush=True)
+    admitted = admissions(session, config, facts.account)
+    print(plan_text(config, facts, json.loads(template_path.read_text()), existing, admitted), flush=True)
     if args.action == "plan":
         return 0
     command = [

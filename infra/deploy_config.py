@@ -2,8 +2,9 @@
 
 It holds what differs between deployments (region, clusters, who gets told, who may act) and becomes CDK context
 (``-c key=<json>``) over ``cdk.json``'s, so the stack reads it through the same validating readers as any other
-context (``infra/controller_config.py``): one source of truth for what a value may be. This module only checks
-the file's shape, so a typo stops before any AWS call with a one-line reason naming the key.
+context (``infra/controller_config.py``): one source of truth for what a value may be. This module checks the
+file's shape, and the principal ARN patterns with synth's own check (``principal_pattern_problem``: a pattern that
+admits more than it spells out is refused), so a typo stops before any AWS call with a one-line reason naming the key.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from infra.controller_config import (
     SLURM_BRIDGES_KEY,
     TEAMS_KEY,
     WEBHOOKS_KEY,
+    ConfigError,
+    principal_pattern_problem,
 )
 
 _REGION = re.compile(r"[a-z]{2}(?:-[a-z]+)+-\d")
@@ -49,8 +52,10 @@ KEYS = (
 )
 
 
-class DeployConfigError(ValueError):
-    """A deploy configuration that cannot be used; the message is one line naming the file and the key."""
+class DeployConfigError(ConfigError):
+    """A deploy configuration that cannot be used; the message is one line naming the file and the key.
+
+    A ``ConfigError`` (a ``ValueError``), as synth raises for the same value given as context."""
 
 
 @dataclass(frozen=True)
@@ -192,6 +197,11 @@ def _principals(
         isinstance(arns, list) and arns and all(isinstance(a, str) for a in arns) for arns in value.values()
     ):
         raise fail(name, f'must be a table of cluster name (or "*") = [role ARN patterns], got {value!r}')
+    for cluster, arns in value.items():  # synth checks them too (principal_map); here, before any AWS call
+        for arn in arns:
+            problem = principal_pattern_problem(arn)
+            if problem is not None:
+                raise fail(name, f'"{cluster}" has {arn!r}: {problem}')
     return {cluster: tuple(arns) for cluster, arns in value.items()}
 
 

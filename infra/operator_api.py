@@ -12,7 +12,9 @@ execution logging at ERROR without request/response data, X-Ray tracing, and sta
 Who may do what to which cluster (``api_policy``): the API's resource policy denies each guarded route of a
 cluster to every principal whose ``aws:PrincipalArn`` is not like one of that cluster's patterns in the route's
 context key (or of its ``"*"`` patterns, every cluster); a cluster not in the map can only be reached by the
-``"*"`` patterns (nobody when there are none). The guarded routes (``GUARDS``) and their keys:
+``"*"`` patterns (nobody when there are none). A pattern is an exact role or user ARN or a spelled-out path then ``*``
+(``infra/controller_config.principal_pattern_problem``: nothing that admits more than it spells out). The guarded
+routes (``GUARDS``) and their keys:
 
 - ``POST /clusters/{cluster}/breakers/reset`` (close the breaker, lift a capacity hold):
   ``hyperpod-dhc:breaker-resetters``.

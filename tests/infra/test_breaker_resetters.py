@@ -24,7 +24,7 @@ from tests.infra.test_operations import one, synth_with
 from tests.infra.test_stack import as_list, render, resources
 
 ACCOUNT = "123456789012"
-ON_CALL = f"arn:aws:iam::{ACCOUNT}:role/HyperPodOnCall*"
+ON_CALL = f"arn:aws:iam::{ACCOUNT}:role/HyperPodOnCallUS"
 TRAIN = f"arn:aws:iam::{ACCOUNT}:role/TrainTeam"
 ADMIN = f"arn:aws:iam::{ACCOUNT}:user/hpc-admin"
 RESETTERS = {"prod": [ON_CALL], "train-a": [TRAIN, ON_CALL], "*": [ADMIN]}
@@ -208,7 +208,7 @@ def test_a_cluster_that_is_not_watched_fails_synth() -> None:
 
 
 def test_a_map_beyond_api_gateways_policy_quota_fails_synth_naming_the_key() -> None:
-    many = {f"cluster-{i:02d}": [f"arn:aws:iam::{ACCOUNT}:role/OnCall-{i:02d}*"] for i in range(20)}
+    many = {f"cluster-{i:02d}": [f"arn:aws:iam::{ACCOUNT}:role/oncall-{i:02d}/*"] for i in range(20)}
     with pytest.raises(ConfigError, match=re.escape(BREAKER_RESETTERS_KEY) + r".* characters, above API Gateway"):
         controller_stack(synth.app({BREAKER_RESETTERS_KEY: many}))
 

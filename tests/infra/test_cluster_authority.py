@@ -41,7 +41,7 @@ from tests.infra.test_stack import resources
 ACCOUNT = gw.ACCOUNT
 PROD_BRIDGE = f"arn:aws:iam::{ACCOUNT}:role/prod-cluster-execution-role"
 DEV_BRIDGE = f"arn:aws:iam::{ACCOUNT}:role/dev-cluster-execution-role"
-ON_CALL = f"arn:aws:iam::{ACCOUNT}:role/HyperPodOnCall*"
+ON_CALL = f"arn:aws:iam::{ACCOUNT}:role/HyperPodOnCallEU"
 ADMIN = f"arn:aws:iam::{ACCOUNT}:user/hpc-admin"
 BRIDGES = {"prod": [PROD_BRIDGE], "dev": [DEV_BRIDGE]}
 REQUESTERS = {"prod": [ON_CALL], "*": [ADMIN]}
@@ -225,7 +225,7 @@ def measured(context: dict[str, dict[str, list[str]]]) -> int:
 
 
 def own(n: int, who: str) -> dict[str, list[str]]:
-    return {f"cluster-{i:02d}": [f"arn:aws:iam::{ACCOUNT}:role/{who}-{i:02d}*"] for i in range(n)}
+    return {f"cluster-{i:02d}": [f"arn:aws:iam::{ACCOUNT}:role/{who}-{i:02d}/*"] for i in range(n)}
 
 
 EVERYONE = {"*": [ON_CALL]}

@@ -30,7 +30,7 @@ from infra.notifications import SlackChannel
 from tests.harness.synth import REPO_ROOT
 
 EXAMPLE = REPO_ROOT / "infra" / "deploy.example.toml"
-ROLE = "arn:aws:iam::123456789012:role/HyperPodOnCall*"
+ROLE = "arn:aws:iam::123456789012:role/hyperpod-oncall/*"
 
 
 def _config(tmp_path: Path, text: str) -> Path:
@@ -320,5 +320,5 @@ def test_the_plan_says_where_what_and_who(aws: dict[str, int]) -> None:
     assert "ml-cluster [InService]: gpu-workers (4 x ml.p5.48xlarge)" in text
     assert "email oncall@example.com, Slack channel C1, webhook https://hooks.example.com/hpdhc" in text
     assert "secret" not in text  # a webhook's query string is not printed
-    assert f"breaker resetters: *: {ROLE}" in text
+    assert f"  breaker resetters:\n    *: {ROLE}\n" in text
     assert "resources: 3" in text and "  2 AWS::Lambda::Function" in text

@@ -28,7 +28,7 @@ from infra.operator_api import POLICY_LENGTH_QUOTA
 from tests.harness import synth
 from tests.infra.test_stack import resources
 
-ROLE = "arn:aws:iam::123456789012:role/HyperPodOnCall*"
+ROLE = "arn:aws:iam::123456789012:role/hyperpod-oncall/*"
 EXAMPLE_APP = synth.REPO_ROOT / "infra" / "app.py"
 
 

@@ -16,7 +16,7 @@ from tests.harness.template import ControllerTemplate
 
 ACCOUNT = gw.ACCOUNT
 RESETTERS = {
-    "demo": [f"arn:aws:iam::{ACCOUNT}:role/HyperPodOnCall*"],
+    "demo": [f"arn:aws:iam::{ACCOUNT}:role/HyperPodOnCallEU", f"arn:aws:iam::{ACCOUNT}:role/HyperPodOnCall"],
     "other": [f"arn:aws:iam::{ACCOUNT}:role/OtherTeam"],
     "*": [f"arn:aws:iam::{ACCOUNT}:role/HyperPodAdmin"],
 }

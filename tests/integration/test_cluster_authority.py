@@ -31,7 +31,7 @@ CONTEXT = {
         "demo": [f"arn:aws:iam::{ACCOUNT}:role/demo-cluster-execution-role"],
         "dev": [f"arn:aws:iam::{ACCOUNT}:role/dev-cluster-execution-role"],
     },
-    CHECK_REQUESTERS_KEY: {"demo": [f"arn:aws:iam::{ACCOUNT}:role/HyperPodOnCall*"]},
+    CHECK_REQUESTERS_KEY: {"demo": [f"arn:aws:iam::{ACCOUNT}:role/HyperPodOnCallEU"]},
 }
 CONFIG = {"clusters": ["demo", "dev"]}
 OCCUPANCY = "/clusters/demo/slurm/occupancy"
