@@ -8,18 +8,33 @@ metrics come from their services.
 Alarms (each notifies the topic, and treats missing data as not breaching): a failed round execution,
 a message in any dead-letter queue, 10 or more throttled AWS calls in 5 minutes, a quarantined node.
 
-A silent Slurm bridge, per cluster named in ``hyperpod-dhc:slurm-bridges`` (not for ``"*"``: naming a cluster
-says it runs a bridge): the Api function counts each state pull and occupancy report it accepts as
-``SlurmBridgeReports`` (``service`` + ``cluster``). The bridge pulls every sync (60 s), so none in
-``BRIDGE_SILENT_PERIODS`` consecutive 5-minute periods means it stopped: a 403 after a role change, slurmctld
-down, a crash loop, a node gone. Nodes then stay drained, or take jobs unchecked, in silence. Here missing data
-is the signal, so it breaches (a bridge with no node in Slurm still pulls, so it does not alarm). Each such
-cluster gets the alarm's graph on the dashboard, in a "Slurm bridges" row.
+Slurm bridges (``hyperpod-dhc:slurm-bridges``). Per cluster named there (naming a cluster says it runs a bridge):
+
+- ``slurm-bridge-silent-<cluster>``: the Api function counts each state pull and occupancy report it accepts as
+  ``SlurmBridgeReports`` (``service`` + ``cluster``). The bridge pulls every sync (60 s), so none in
+  ``BRIDGE_SILENT_PERIODS`` consecutive 5-minute periods means it stopped: a 403 after a role change, a crash loop,
+  a node gone. Nodes then stay drained, or take jobs unchecked, in silence. Here missing data is the signal, so it
+  breaches (a bridge with no node in Slurm still pulls, so it does not alarm).
+- What the bridge holding the cluster's fence says of its last pass on each pull (``domain.bridge_fence``; the Api
+  counts it per cluster and stack-wide, a bridge that does not hold the fence is not counted), each alarm at the
+  first 5-minute period that shows it: ``slurm-bridge-behind-<cluster>``, changes were due and none was applied
+  for 3 syncs (``SlurmBridgeBehindSeconds`` above ``BRIDGE_BEHIND_S``); ``slurmctld-unreachable-<cluster>``,
+  slurmctld did not answer a pass (``SlurmctldUnreachable`` ≥ 1); ``slurm-bridge-refused-<cluster>``, slurmctld
+  refused every update of a pass (``SlurmBridgeUpdatesRefused`` ≥ 1). No data is a silent bridge, which is the
+  silent alarm's to say: they treat missing data as not breaching.
+
+A ``"*"`` entry cannot name its clusters: the same three alarms then also watch the stack-wide metrics (``service``
+only: every cluster's bridge, named or not), named ``slurm-bridge-behind``, ``slurmctld-unreachable`` and
+``slurm-bridge-refused``, and ``slurm-bridge-silent`` watches ``SlurmBridgeSilent``, which Reconcile emits for every
+cluster some bridge ever held the fence of, each run: 1 when the holder has not pulled for ``SILENT_S`` (15
+minutes), else 0 (missing data: no such cluster, not breaching). Which cluster: the same metric per ``cluster`` in
+the namespace. Each alarm has its graph on the dashboard, in a "Slurm bridges" row.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from aws_cdk import Duration, Stack
 from aws_cdk import aws_apigateway as apigw
@@ -31,7 +46,15 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
+from deephealth.domain.bridge_fence import (
+    BEHIND_METRIC,
+    REFUSED_METRIC,
+    SILENT_METRIC,
+    SILENT_S,
+    UNREACHABLE_METRIC,
+)
 from deephealth.domain.nodes import Verdict
+from deephealth.domain.slurm import SYNC_INTERVAL_S
 from infra.controller_config import EVERY_CLUSTER, ControllerConfig
 from infra.controller_functions import METRICS_NAMESPACE, SERVICE_NAME
 from infra.notifications import alarm_name
@@ -46,7 +69,54 @@ BAD_INPUT_METRICS = ("MalformedEvents", "ForeignEvents", "IgnoredEvents", "Rejec
 THROTTLED_THRESHOLD = 10  # throttled AWS calls (after botocore's retries) in one 5-minute period
 BRIDGE_REPORTS_METRIC = "SlurmBridgeReports"  # deephealth.observability.bridge_reported
 BRIDGE_SILENT_PERIODS = 3  # 5-minute periods without an occupancy report: 15 syncs of the bridge missed
+BRIDGE_BEHIND_S = 3 * SYNC_INTERVAL_S  # Slurm not matching what the bridge had to apply for 3 syncs
 WIDTH = 8  # three widgets per row of 24
+BRIDGE_WIDTH = 6  # a Slurm bridge's four alarms in a row
+
+
+@dataclass(frozen=True)
+class BridgeStatusAlarm:
+    """An alarm on what the fence holder says of its last pass (module doc), per named cluster and stack-wide."""
+
+    what: str  # the alarm's name: `<what>-<cluster>` per cluster, `<what>` stack-wide
+    metric: str
+    threshold: float
+    comparison: cw.ComparisonOperator
+    title: str  # its dashboard widget's
+    says: str  # what it means and what to do, of "{where}"
+
+
+_JOURNAL = "`journalctl -u hpdhc-slurm-bridge` on the Slurm controller node"
+BRIDGE_STATUS_ALARMS = (
+    BridgeStatusAlarm(
+        "slurm-bridge-behind",
+        BEHIND_METRIC,
+        BRIDGE_BEHIND_S,
+        cw.ComparisonOperator.GREATER_THAN_THRESHOLD,
+        "Slurm behind the controller (s)",
+        f"The Slurm bridge of {{where}} had changes to apply and Slurm has not matched them for over "
+        f"{BRIDGE_BEHIND_S} s (3 syncs): new nodes may take jobs before their check, passed ones stay drained. "
+        f"Look at {_JOURNAL} (metric SlurmBridgeErrors counts each pass's errors).",
+    ),
+    BridgeStatusAlarm(
+        "slurmctld-unreachable",
+        UNREACHABLE_METRIC,
+        1,
+        cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        "slurmctld unreachable",
+        "slurmctld did not answer a pass of the Slurm bridge of {where}: no node is drained or resumed until it "
+        "does. Check `scontrol ping` and `systemctl status slurmctld` on the Slurm controller node.",
+    ),
+    BridgeStatusAlarm(
+        "slurm-bridge-refused",
+        REFUSED_METRIC,
+        1,
+        cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+        "Slurm updates refused",
+        "slurmctld refused every update of a pass of the Slurm bridge of {where}: nodes keep their old state in "
+        f"Slurm. {_JOURNAL} shows slurmctld's answer.",
+    ),
+)
 
 
 def controller_metric(
@@ -142,11 +212,16 @@ class OperationsDashboard(Construct):
             ),
         }
 
-        bridge_alarms = {
-            cluster: self._bridge_silent_alarm(cluster, action)
-            for cluster in sorted(c for c in slurm_bridges or {} if c != EVERY_CLUSTER)
-        }
-        self.alarms |= {f"slurm-bridge-silent-{cluster}": alarm for cluster, alarm in bridge_alarms.items()}
+        # Slurm bridges: cluster (None: stack-wide, for a "*" entry) -> its alarms (dashboard title, alarm), in order.
+        bridge_alarms: dict[str | None, list[tuple[str, cw.Alarm]]] = {}
+        for cluster in sorted(c for c in slurm_bridges or {} if c != EVERY_CLUSTER):
+            silent = self._bridge_silent_alarm(cluster, action)
+            self.alarms[f"slurm-bridge-silent-{cluster}"] = silent
+            bridge_alarms[cluster] = [("Slurm bridge reports", silent), *self._bridge_status_alarms(cluster, action)]
+        if EVERY_CLUSTER in (slurm_bridges or {}):
+            silent = self._bridge_silence_alarm(action)
+            self.alarms["slurm-bridge-silent"] = silent
+            bridge_alarms[None] = [("Slurm bridge silent", silent), *self._bridge_status_alarms(None, action)]
 
         dashboard = cw.Dashboard(
             self,
@@ -216,12 +291,14 @@ class OperationsDashboard(Construct):
         dashboard.add_widgets(cw.AlarmStatusWidget(title="Alarms", alarms=list(self.alarms.values()), width=24))
         if bridge_alarms:
             dashboard.add_widgets(cw.TextWidget(markdown="## Slurm bridges", width=24, height=1))
-            dashboard.add_widgets(
-                *(
-                    cw.AlarmWidget(title=f"Slurm bridge reports — {cluster}", alarm=alarm, width=WIDTH, height=6)
-                    for cluster, alarm in bridge_alarms.items()
+            for shown, alarms in bridge_alarms.items():  # one row each: its alarms' metrics and states
+                where = "any cluster" if shown is None else shown
+                dashboard.add_widgets(
+                    *(
+                        cw.AlarmWidget(title=f"{title} — {where}", alarm=alarm, width=BRIDGE_WIDTH, height=6)
+                        for title, alarm in alarms
+                    )
                 )
-            )
         if config.clusters != "all":
             for cluster in config.clusters:
                 dashboard.add_widgets(
@@ -250,6 +327,55 @@ class OperationsDashboard(Construct):
             evaluation_periods=BRIDGE_SILENT_PERIODS,
             datapoints_to_alarm=BRIDGE_SILENT_PERIODS,
             treat_missing_data=cw.TreatMissingData.BREACHING,  # silence is what this alarm is about
+        )
+        alarm.add_alarm_action(action)
+        return alarm
+
+    def _bridge_status_alarms(self, cluster: str | None, action: cw.IAlarmAction) -> list[tuple[str, cw.Alarm]]:
+        """``BRIDGE_STATUS_ALARMS`` on ``cluster``'s metrics (None: the stack-wide ones): (title, alarm) each, and
+        each in ``self.alarms`` by its name."""
+        out = []
+        for spec in BRIDGE_STATUS_ALARMS:
+            what = spec.what if cluster is None else f"{spec.what}-{cluster}"
+            where = (
+                'a cluster (any bridge under "*" in hyperpod-dhc:slurm-bridges; the metric per cluster says which)'
+                if cluster is None
+                else f"cluster {cluster}"
+            )
+            alarm = cw.Alarm(
+                self,
+                what,  # the name as it is: a capitalized id could collide (a-b, a--b)
+                alarm_name=alarm_name(self, what),
+                alarm_description=spec.says.format(where=where),
+                metric=controller_metric(spec.metric, cluster=cluster, statistic="Maximum", label=spec.metric),
+                threshold=spec.threshold,
+                comparison_operator=spec.comparison,
+                evaluation_periods=1,
+                treat_missing_data=cw.TreatMissingData.NOT_BREACHING,  # a silent bridge: the silent alarm's
+            )
+            alarm.add_alarm_action(action)
+            self.alarms[what] = alarm
+            out.append((spec.title, alarm))
+        return out
+
+    def _bridge_silence_alarm(self, action: cw.IAlarmAction) -> cw.Alarm:
+        """Stack-wide, for a ``"*"`` entry: Reconcile saw a fence holder silent for ``SILENT_S`` (module doc)."""
+        alarm = cw.Alarm(
+            self,
+            "SlurmBridgeSilentAnyCluster",
+            alarm_name=alarm_name(self, "slurm-bridge-silent"),
+            alarm_description=(
+                f"The Slurm bridge holding the fence of a cluster has not pulled for {SILENT_S // 60} minutes "
+                f'(metric {SILENT_METRIC} per cluster says which; a bridge under "*" in hyperpod-dhc:slurm-bridges '
+                "has no per-cluster alarm). Nodes stay drained or take jobs before their check until it is back: "
+                f"look at {_JOURNAL}. A bridge stopped on purpose keeps it in alarm until another pulls for the "
+                "cluster (taking the fence) or the cluster is deleted."
+            ),
+            metric=controller_metric(SILENT_METRIC, statistic="Maximum", label=SILENT_METRIC),
+            threshold=1,
+            comparison_operator=cw.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            evaluation_periods=1,
+            treat_missing_data=cw.TreatMissingData.NOT_BREACHING,  # Reconcile emits it every run
         )
         alarm.add_alarm_action(action)
         return alarm

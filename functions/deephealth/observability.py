@@ -30,4 +30,15 @@ def bridge_reported(cluster: str) -> None:
         pass
 
 
-__all__ = ["MetricUnit", "bridge_reported", "logger", "metrics", "node_metric"]
+def bridge_metric(name: str, cluster: str, value: float, unit: MetricUnit = MetricUnit.Count) -> None:
+    """How ``cluster``'s Slurm bridge is doing (``SlurmctldUnreachable``, ``SlurmBridgeUpdatesRefused``,
+    ``SlurmBridgeBehindSeconds``, ``SlurmBridgeErrors``, ``SlurmBridgeSilent``), flushed at once: per cluster
+    (``service``, ``cluster``) for the alarms of a cluster named in ``hyperpod-dhc:slurm-bridges``, and stack-wide
+    (``service``) for those of a ``"*"`` entry, which cannot name its clusters."""
+    service = os.environ.get("POWERTOOLS_SERVICE_NAME", "hyperpod-dhc")
+    for dimensions in ({"service": service, "cluster": cluster}, {"service": service}):
+        with single_metric(name=name, unit=unit, value=value, default_dimensions=dimensions):
+            pass
+
+
+__all__ = ["MetricUnit", "bridge_metric", "bridge_reported", "logger", "metrics", "node_metric"]

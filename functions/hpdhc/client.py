@@ -15,6 +15,7 @@ import re
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -126,10 +127,16 @@ class OperatorClient:
     def capture(self, cluster: str, node: str) -> Json:
         return self._call("GET", _path("clusters", cluster, "nodes", node, "capture"))
 
-    def slurm_state(self, cluster: str, since: tuple[float, str] | None = None) -> Json:
+    def slurm_state(
+        self, cluster: str, since: tuple[float, str] | None = None, status: Mapping[str, str] | None = None
+    ) -> Json:
         """The desired Slurm state of every node: every `next_token` page, `nodes` concatenated into the first.
-        `since` (as_of, digest of the last whole document): the answer may be `unchanged: true`, with no nodes."""
-        query = {"limit": str(SLURM_STATE_PAGE)}
+        `since` (as_of, digest of the last whole document): the answer may be `unchanged: true`, with no nodes.
+        `status`: what the bridge says of itself (`bridge`, `synced_at`, `slurmctld`, `errors`, `take_over`), sent
+        as query parameters with every page; each answer says the cluster's `fence` and whether this bridge holds
+        it (`holder`): the merged document has the last page's fence, and `holder` only if every page said so (a
+        take-over between two pages is not missed)."""
+        query = {"limit": str(SLURM_STATE_PAGE), **(status or {})}
         if since is not None:
             query |= {"since": repr(since[0]), "digest": since[1]}
         document: Json = self._call("GET", _path("clusters", cluster, "slurm"), query=query)
@@ -137,6 +144,8 @@ class OperatorClient:
             query["next_token"] = document["next_token"]
             page = self._call("GET", _path("clusters", cluster, "slurm"), query=query)
             document = {**document, "nodes": document["nodes"] + page["nodes"], "next_token": page.get("next_token")}
+            if "fence" in page:
+                document |= {"fence": page["fence"], "holder": bool(document.get("holder")) and bool(page["holder"])}
         return document
 
     def report_occupancy(self, cluster: str, nodes: list[Json]) -> Json:

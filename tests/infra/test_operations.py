@@ -14,9 +14,9 @@ from aws_cdk.assertions import Template
 from deephealth.domain.nodes import Verdict
 from deephealth.domain.policy import ConfigError
 from infra.audit_queries import NAMES as QUERY_NAMES
-from infra.controller_config import NOTIFICATION_EMAIL_KEY
+from infra.controller_config import NOTIFICATION_EMAIL_KEY, SLURM_BRIDGES_KEY
 from infra.controller_functions import FUNCTIONS
-from infra.operations_dashboard import BAD_INPUT_METRICS, RECOVERY_METRICS
+from infra.operations_dashboard import BAD_INPUT_METRICS, BRIDGE_BEHIND_S, RECOVERY_METRICS
 from infra.operator_api import ROUTES, openapi_routes
 from tests.harness import synth
 from tests.infra.stacks import controller_stack
@@ -293,6 +293,98 @@ def test_four_alarm_kinds_notify_the_topic(template_json: dict[str, Any]) -> Non
     stat = throttled["Metrics"][0]["MetricStat"]
     assert (stat["Period"], stat["Stat"]) == (300, "Sum")
     assert stat["Metric"]["Namespace"] == "HyperPodDHC"
+
+
+# ---------------------------------------------------------------- the Slurm bridges' alarms
+
+BRIDGE_ROLE = "arn:aws:iam::123456789012:role/prod-cluster-execution-role"
+# name -> (metric, statistic, comparison, threshold, missing data), of a cluster's alarm (`-<cluster>`) or stack-wide
+BRIDGE_STATUS = {
+    "slurm-bridge-behind": ("SlurmBridgeBehindSeconds", "Maximum", "GreaterThanThreshold", 180, "notBreaching"),
+    "slurmctld-unreachable": ("SlurmctldUnreachable", "Maximum", "GreaterThanOrEqualToThreshold", 1, "notBreaching"),
+    "slurm-bridge-refused": ("SlurmBridgeUpdatesRefused", "Maximum", "GreaterThanOrEqualToThreshold", 1,
+                             "notBreaching"),
+}  # fmt: skip
+PER_CLUSTER = {
+    "slurm-bridge-silent": ("SlurmBridgeReports", "Sum", "LessThanThreshold", 1, "breaching"),
+    **BRIDGE_STATUS,
+}
+STACK_WIDE = {"slurm-bridge-silent": ("SlurmBridgeSilent", "Maximum", "GreaterThanOrEqualToThreshold", 1,
+                                      "notBreaching"), **BRIDGE_STATUS}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def bridged() -> dict[str, Any]:
+    """Bridges named for prod and dev, and a "*" entry (every other cluster's bridge, by one role)."""
+    return synth_with({SLURM_BRIDGES_KEY: {"prod": [BRIDGE_ROLE], "dev": [BRIDGE_ROLE], "*": [BRIDGE_ROLE]}})
+
+
+def bridge_alarms(template_json: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Alarm name without the stack's prefix -> properties, of every Slurm bridge alarm."""
+    out = {}
+    for props in (a["Properties"] for a in resources(template_json, "AWS::CloudWatch::Alarm").values()):
+        name = props["AlarmName"].removeprefix("HyperPodDhc-")
+        if "slurm" in name:
+            out[name] = props
+    return out
+
+
+def test_no_bridge_no_bridge_alarm(template_json: dict[str, Any]) -> None:
+    assert not bridge_alarms(template_json)
+
+
+def test_each_named_cluster_gets_four_bridge_alarms_and_a_star_entry_four_stack_wide(bridged: dict[str, Any]) -> None:
+    topic, _ = one(bridged, "AWS::SNS::Topic")
+    found = bridge_alarms(bridged)
+    want = {f"{what}-{cluster}": (spec, cluster) for what, spec in PER_CLUSTER.items() for cluster in ("dev", "prod")}
+    want |= {what: (spec, None) for what, spec in STACK_WIDE.items()}
+    assert set(found) == set(want)
+    assert BRIDGE_BEHIND_S == 3 * 60  # 3 syncs
+    for name, ((metric, stat, comparison, threshold, missing), cluster) in want.items():
+        props = found[name]
+        (query,) = props["Metrics"]
+        dims = {d["Name"]: d["Value"] for d in query["MetricStat"]["Metric"]["Dimensions"]}
+        assert dims == {"service": "hyperpod-dhc"} | ({"cluster": cluster} if cluster else {}), name
+        assert query["MetricStat"]["Metric"]["MetricName"] == metric and query["MetricStat"]["Stat"] == stat, name
+        assert query["MetricStat"]["Metric"]["Namespace"] == "HyperPodDHC" and query["MetricStat"]["Period"] == 300
+        assert (props["ComparisonOperator"], props["Threshold"], props["TreatMissingData"]) == (
+            comparison,
+            threshold,
+            missing,
+        ), name
+        assert props["EvaluationPeriods"] == (3 if metric == "SlurmBridgeReports" else 1), name
+        assert props["AlarmActions"] == [{"Ref": topic}], name
+        assert (cluster or "which") in props["AlarmDescription"] and len(props["AlarmDescription"]) <= 1024, name
+
+
+def test_a_star_entry_alone_gets_the_stack_wide_alarms_only() -> None:
+    found = bridge_alarms(synth_with({SLURM_BRIDGES_KEY: {"*": [BRIDGE_ROLE]}}))
+    assert set(found) == set(STACK_WIDE)
+
+
+def test_the_dashboard_shows_each_bridge_alarm_in_a_row_per_cluster(bridged: dict[str, Any]) -> None:
+    _, body = dashboard_body(bridged)
+    widgets = json.loads(re.sub(r'"<([\w.:]+)>"', r'"\1"', body))["widgets"]  # a reference: its logical id
+    by_name = {
+        alarm["Properties"]["AlarmName"].removeprefix("HyperPodDhc-"): lid
+        for lid, alarm in resources(bridged, "AWS::CloudWatch::Alarm").items()
+    }
+    shown = {
+        w["properties"]["annotations"]["alarms"][0].removesuffix(".Arn"): (w["properties"]["title"], w["y"])
+        for w in widgets
+        if w["type"] == "metric" and "alarms" in w["properties"].get("annotations", {})
+    }
+    rows: dict[str, set[int]] = {}
+    for name, lid in by_name.items():
+        if "slurm" not in name:
+            continue
+        cluster = next((c for c in ("dev", "prod") if name.endswith(f"-{c}")), None)
+        title, y = shown[lid]
+        assert title.endswith(f" — {cluster or 'any cluster'}"), (name, title)
+        rows.setdefault(cluster or "*", set()).add(y)
+    assert all(len(ys) == 1 for ys in rows.values()) and len({y for ys in rows.values() for y in ys}) == 3
+    (status,) = [w for w in widgets if w["type"] == "alarm"]
+    assert set(by_name.values()) == {arn.removesuffix(".Arn") for arn in status["properties"]["alarms"]}
 
 
 # ---------------------------------------------------------------- audit queries

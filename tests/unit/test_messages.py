@@ -66,6 +66,10 @@ OTHERS = {
     "check-waiting": ("has waited 250 min for a deep health check",
                       {"node": "lid-1", "instance_id": "i-0abc123def4567890", "waited_s": 15000,
                        "evidence": ["ready for 15000 s and not checked yet: no check could start"]}),
+    "bridge-take-over": ("the Slurm bridge of ml-cluster was taken over",
+                         {"old_holder": "ip-10-1-0-5:6f1c", "new_holder": "ip-10-1-0-9:a2d4", "fence": 3,
+                          "why": "started with --take-over",
+                          "note": "ip-10-1-0-5:6f1c no longer holds the fence: it only adds drains from now on."}),
 }  # fmt: skip
 NODE = {
     "node-failed": lambda: node_notice("node-failed", NodeState.RECOVERY_DUE, Verdict.FAILED),
@@ -88,9 +92,11 @@ FIRST_WORDS = {
     "check-overdue": "CHECK OVERDUE on ml-cluster: operation op-1 in progress for 1 h 32 min",
     "job-deferral": "CHECKED DESPITE JOBS in ml-cluster/gpu-workers: 2 node(s) busy with jobs for over 6 h",
     "check-waiting": "WAITING FOR A CHECK in ml-cluster/gpu-workers: lid-1 ready for 4 h 10 min, not checked yet",
+    "bridge-take-over": "SLURM BRIDGE TAKEN OVER on ml-cluster: ip-10-1-0-9:a2d4 replaces ip-10-1-0-5:6f1c "
+    "(started with --take-over)",
 }
 # Published with group "": the cluster's breaker (tripped, reset) and what the cluster's logs and operations show.
-CLUSTER_WIDE = {"breaker-tripped", "breaker-reset", "reading-observed", "check-overdue"}
+CLUSTER_WIDE = {"breaker-tripped", "breaker-reset", "reading-observed", "check-overdue", "bridge-take-over"}
 
 
 def published(kind):

@@ -5,7 +5,8 @@ Throttling and 5xx left over after botocore's retries surface as Throttled / Tra
 round workflow's Retry matches).
 
 Keys: pk = "CLUSTER#<name>"; sk = "NODE#<node key>" | "ROUND" | "SAFETY" | "READINGS". Registry: pk = "CLUSTERS",
-sk = <name>.
+sk = <name>, with `recorded_at` and the Slurm bridge's fencing token (`bridge_holder`, `fence`, `bridge_seen_at`:
+`domain.bridge_fence`), each written by an update of its own attributes only.
 A node item carries the record as JSON plus the version that conditions need, and every write
 is conditional on the version read, so two writers never silently overwrite each other.
 """
@@ -16,11 +17,12 @@ import json
 import math
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from deephealth.adapters import aws, clock
 from deephealth.domain.breakers import SafetyState
+from deephealth.domain.bridge_fence import BridgeLease
 from deephealth.domain.errors import StaleRecord, Throttled
 from deephealth.domain.nodes import NodeRecord
 from deephealth.domain.readings import ClusterReadings
@@ -67,6 +69,14 @@ class RoundMeta:
     # When an event last said a node of the cluster changed (Intake): a live round's poll then looks at the whole
     # cluster, not only its members.
     changed_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Registration:
+    """A cluster's registry item: when a whole listing was last recorded, and its Slurm bridge's fence."""
+
+    recorded_at: float | None = None
+    lease: BridgeLease = field(default_factory=BridgeLease)
 
 
 @dataclass
@@ -242,17 +252,55 @@ class NodeTable:
     @aws.translated
     def register_cluster(self, cluster: str, recorded_at: float | None = None) -> None:
         """Known to the reconciler; with `recorded_at`, every node HyperPod listed then is recorded (the Slurm
-        bridge's document covers the whole cluster from then on)."""
-        item: dict[str, Any] = {"pk": REGISTRY_PK, "sk": cluster}
-        if recorded_at is not None:
-            item["recorded_at"] = int(recorded_at)  # whole seconds: DynamoDB numbers are Decimal, not float
-        self.t.put_item(Item=item)
+        bridge's document covers the whole cluster from then on), without it not (yet). An update of that one
+        attribute: the bridge's fence on the same item stays."""
+        key = {"pk": REGISTRY_PK, "sk": cluster}
+        if recorded_at is None:
+            self.t.update_item(Key=key, UpdateExpression="REMOVE recorded_at")
+        else:  # whole seconds: DynamoDB numbers are Decimal, not float
+            self.t.update_item(
+                Key=key, UpdateExpression="SET recorded_at = :t", ExpressionAttributeValues={":t": int(recorded_at)}
+            )
 
     @aws.translated
     def recorded_at(self, cluster: str) -> float | None:
         """When a whole listing of the cluster was last recorded (register_cluster), None if never."""
         item = self.t.get_item(Key={"pk": REGISTRY_PK, "sk": cluster}).get("Item") or {}
         return float(item["recorded_at"]) if "recorded_at" in item else None
+
+    @aws.translated
+    def registration(self, cluster: str) -> Registration:
+        """The cluster's registry item, read consistently (the bridge's fence is decided on it)."""
+        item = self.t.get_item(Key={"pk": REGISTRY_PK, "sk": cluster}, ConsistentRead=True).get("Item") or {}
+        lease = BridgeLease(
+            holder=item.get("bridge_holder"),
+            fence=int(item.get("fence", 0)),
+            seen_at=float(item["bridge_seen_at"]) if "bridge_seen_at" in item else None,
+        )
+        return Registration(float(item["recorded_at"]) if "recorded_at" in item else None, lease)
+
+    @aws.translated
+    def write_bridge_lease(self, cluster: str, read: BridgeLease, lease: BridgeLease) -> bool:
+        """Write the cluster's bridge fence as `lease` if it is still `read` (same fence, same holder); False when
+        another pull changed it first."""
+        same_fence = Attr("fence").eq(read.fence) if read.fence else Attr("fence").not_exists()
+        same_holder = Attr("bridge_holder").eq(read.holder) if read.holder else Attr("bridge_holder").not_exists()
+        try:
+            self.t.update_item(
+                Key={"pk": REGISTRY_PK, "sk": cluster},
+                UpdateExpression="SET bridge_holder = :h, fence = :f, bridge_seen_at = :t",
+                ConditionExpression=same_fence & same_holder,
+                ExpressionAttributeValues={
+                    ":h": lease.holder,
+                    ":f": lease.fence,
+                    ":t": math.floor(lease.seen_at or 0),  # whole seconds (Decimal); rounded down: never later
+                },
+            )
+        except aws.ClientError as err:
+            if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
 
     @aws.translated
     def registered_clusters(self) -> list[str]:

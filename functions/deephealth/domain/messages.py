@@ -179,6 +179,10 @@ def _deferral(d: Mapping[str, Any], _c: str, where: str) -> str:
     return f"CHECKED DESPITE JOBS in {where}: {_count(d['nodes'])} busy with jobs for over {bound}"
 
 
+def _take_over(d: Mapping[str, Any], cluster: str, _w: str) -> str:
+    return f"SLURM BRIDGE TAKEN OVER on {cluster}: {d['new_holder']} replaces {d['old_holder']} ({d['why']})"
+
+
 SUMMARIES: dict[str, Callable[[Mapping[str, Any], str, str], str | None]] = {
     "node-failed": _failed,
     "node-recovered": _recovered,
@@ -194,6 +198,7 @@ SUMMARIES: dict[str, Callable[[Mapping[str, Any], str, str], str | None]] = {
     "check-overdue": _overdue,
     "job-deferral": _deferral,
     "check-waiting": _waiting,
+    "bridge-take-over": _take_over,
 }
 # What a detail of an unexpected shape may raise while it is summarised (never out of `render`).
 _SHAPE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)
@@ -264,6 +269,8 @@ def commands(kind: str, cluster: str, group: str, detail: Mapping[str, Any]) -> 
         return [*history, f"hpdhc status --cluster {c}", f"hpdhc breakers {c}"]
     if kind == "check-overdue":
         return [f"hpdhc status --cluster {c}", f"hpdhc readings {c}"]
+    if kind == "bridge-take-over":
+        return [f"hpdhc nodes {c}"]
     return history or [f"hpdhc status --cluster {c}"]
 
 

@@ -64,6 +64,7 @@ NotificationKind = Literal[
     "check-overdue",
     "job-deferral",
     "check-waiting",
+    "bridge-take-over",
 ]
 NOTIFICATION_KINDS: tuple[str, ...] = NotificationKind.__args__  # type: ignore[attr-defined]
 LadderStep = Literal["reboot", "replace"]

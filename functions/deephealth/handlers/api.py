@@ -12,6 +12,7 @@ from aws_lambda_powertools.logging import correlation_paths
 
 from deephealth import settings
 from deephealth.domain.breakers import BreakerReset
+from deephealth.domain.bridge_fence import BRIDGE_ID_PATTERN, MAX_ERRORS, BridgeStatus, SlurmctldAnswer
 from deephealth.domain.errors import ClusterNotFound, StaleRecord, Throttled, TransientError
 from deephealth.domain.nodes import NodeState
 from deephealth.domain.on_demand import NODE_REF_PATTERN, CheckRequest
@@ -108,8 +109,15 @@ def slurm_state(
     next_token: Annotated[str | None, Query(pattern=NODE_REF_PATTERN)] = None,
     since: Annotated[float | None, Query(ge=0, le=1e11)] = None,
     digest: Annotated[str | None, Query(pattern=r"^[0-9a-f]{16}$")] = None,
+    # What the bridge says of itself, on every page (domain.bridge_fence; an older bridge sends none of them).
+    bridge: Annotated[str | None, Query(pattern=BRIDGE_ID_PATTERN, description="<hostname>:<uuid>")] = None,
+    synced_at: Annotated[float | None, Query(ge=0, le=1e11)] = None,
+    slurmctld: Annotated[SlurmctldAnswer | None, Query()] = None,
+    errors: Annotated[int | None, Query(ge=0, le=MAX_ERRORS)] = None,
+    take_over: Annotated[int, Query(ge=0, le=1)] = 0,
 ) -> dict[str, Any]:
-    document = slurm_bridge.slurm_state(CONTEXT, cluster, limit, next_token, since, digest)
+    status = BridgeStatus(bridge, synced_at, slurmctld, errors, bool(take_over))
+    document = slurm_bridge.slurm_state(CONTEXT, cluster, limit, next_token, since, digest, status)
     bridge_reported(cluster)  # a pull counts too: a bridge with no node in Slurm yet posts no occupancy
     return document
 

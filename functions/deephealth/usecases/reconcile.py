@@ -13,6 +13,7 @@ from deephealth.observability import MetricUnit, logger, metrics
 from deephealth.usecases.context import Context
 from deephealth.usecases.decisions import notify, save_and_announce
 from deephealth.usecases.observe_cluster import close_cluster, observe_cluster
+from deephealth.usecases.slurm_bridge import bridge_silence
 
 CLOSING_STATUSES = frozenset({"Deleting", "Failed"})
 
@@ -30,6 +31,11 @@ def reconcile(ctx: Context) -> dict[str, str]:
             logger.exception("reconcile failed", extra={"cluster": name})
             metrics.add_metric(name="ReconcileErrors", unit=MetricUnit.Count, value=1)
             results[name] = f"error: {type(err).__name__}"
+        try:  # neither the pulls (there are none) nor the round can see a bridge go silent: this look can
+            bridge_silence(ctx, name)
+        except Exception:
+            logger.exception("bridge liveness look failed", extra={"cluster": name})
+            metrics.add_metric(name="ReconcileErrors", unit=MetricUnit.Count, value=1)
     return results
 
 

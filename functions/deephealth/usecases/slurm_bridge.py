@@ -10,6 +10,10 @@ One name, one record: a Slurm name is the short hostname of the live records who
 occupancy report never lands on either. The document says whether it covers the whole cluster (`complete`: a
 whole listing was recorded) and carries a `generation` that only grows with the records, so the bridge neither
 drains a node a partial document does not list nor applies an older document over a newer one.
+
+One writer per cluster: every answer carries the cluster's fencing token (`fence`) and whether the asking bridge
+holds it (`holder`), decided by `domain.bridge_fence` on the registry item and written conditionally; the
+holder's status (how slurmctld answered, how far behind Slurm is) becomes the metrics the stack alarms on.
 """
 
 from __future__ import annotations
@@ -19,6 +23,19 @@ import json
 from typing import Any
 
 from deephealth.adapters.node_table import SAVE_MARGIN_S
+from deephealth.domain.bridge_fence import (
+    BEHIND_METRIC,
+    ERRORS_METRIC,
+    REFUSED_METRIC,
+    SILENT_METRIC,
+    SILENT_S,
+    UNREACHABLE_METRIC,
+    BridgeLease,
+    BridgeStatus,
+    behind_s,
+    decide_fence,
+    silent_for,
+)
 from deephealth.domain.errors import ClusterNotFound
 from deephealth.domain.nodes import NodeRecord, short_hostname
 from deephealth.domain.slurm import (
@@ -31,9 +48,9 @@ from deephealth.domain.slurm import (
     slurm_names,
     with_occupancy,
 )
-from deephealth.observability import logger
+from deephealth.observability import MetricUnit, bridge_metric, logger
 from deephealth.usecases.context import Context
-from deephealth.usecases.decisions import save_and_announce
+from deephealth.usecases.decisions import notify, save_and_announce
 
 # An unchanged answer is given for at most this long after the bridge's last whole document: then it gets one again.
 FULL_REFRESH_S = 3600
@@ -46,6 +63,7 @@ def slurm_state(
     after: str | None,
     since: float | None = None,
     digest: str | None = None,
+    status: BridgeStatus | None = None,
 ) -> dict[str, Any]:
     """One page of Slurm names with a desired state, ordered by name; `after` is the last name of the previous page.
     The bridge asks for pages as large as the route allows, so a pass loads the cluster's records once.
@@ -53,16 +71,25 @@ def slurm_state(
     With `since` and `digest` (the `as_of` and `digest` of the bridge's last whole document): when no node record
     was saved since then and the groups' settings are the same, an answer `unchanged: true` with no nodes, read
     from the table's index (one key at most), not from every record: an idle cluster costs the same at 10 and at
-    10,000 nodes."""
+    10,000 nodes.
+
+    `status` is what the bridge says of itself (every page): every answer carries the cluster's `fence` and whether
+    this bridge holds it (`holder`); a pass's first page counts the holder's status as metrics."""
     ctx.known_cluster(cluster)
     now = ctx.clock()
+    status = status or BridgeStatus()
+    registration = ctx.table.registration(cluster)
+    fence, holder = _fence(ctx, cluster, registration.lease, status, now)
+    if after is None and (holder or status.bridge is None):  # a bridge that is not the holder applies nothing
+        _count_status(cluster, status, now)
+    fencing = {"fence": fence, "holder": holder}
+    complete = registration.recorded_at is not None
     if since is not None and digest is not None and after is None and now - since < FULL_REFRESH_S:
-        unchanged = _unchanged(ctx, cluster, since, digest)
+        unchanged = _unchanged(ctx, cluster, since, digest, complete)
         if unchanged is not None:
-            return unchanged
+            return unchanged | fencing
     view = ctx.shown(cluster)
     isolating, adopting = _settings(view.groups)
-    complete = ctx.table.recorded_at(cluster) is not None
     names = slurm_names(view.records.values())
     entries: list[dict[str, Any]] = []
     next_token = None
@@ -87,7 +114,60 @@ def slurm_state(
         "digest": _digest(view.info.cluster_id, isolating, adopting, complete),
         "nodes": entries,
         "next_token": next_token,
+        **fencing,
     }
+
+
+def _fence(ctx: Context, cluster: str, lease: BridgeLease, status: BridgeStatus, now: float) -> tuple[int, bool]:
+    """(the cluster's fence, whether the asking bridge holds it), written first when that changes or is due a
+    refresh (`domain.bridge_fence.decide_fence`). A write another pull beat: not the holder, and the fence as
+    that pull left it."""
+    decision = decide_fence(lease, status.bridge, status.take_over, now)
+    if decision.write is None:
+        return decision.fence, decision.holder
+    if not ctx.table.write_bridge_lease(cluster, lease, decision.write):
+        fence = ctx.table.registration(cluster).lease.fence
+        logger.info("slurm bridge fence changed concurrently", extra={"cluster": cluster, "bridge": status.bridge})
+        return fence, False
+    if decision.why is not None:
+        _taken_over(ctx, cluster, lease, decision.write, decision.why)
+    return decision.fence, decision.holder
+
+
+def _taken_over(ctx: Context, cluster: str, old: BridgeLease, new: BridgeLease, why: str) -> None:
+    """One audit line per take-over, and a `bridge-take-over` notification when it took the fence from a holder."""
+    detail = {"old_holder": old.holder, "new_holder": new.holder, "fence": new.fence, "why": why}
+    logger.info("slurm bridge take-over", extra={"cluster": cluster, **detail})
+    if old.holder is None:
+        return  # the cluster's first bridge (or the first since its registry item went): nobody lost anything
+    note = (
+        f"{old.holder} no longer holds the fence: it only adds drains from now on. If it still runs, stop it: "
+        "`systemctl stop hpdhc-slurm-bridge` on that host (`journalctl -u hpdhc-slurm-bridge` says what it did)."
+    )
+    subject = f"hyperpod-dhc: the Slurm bridge of {cluster} was taken over"
+    notify(ctx, "bridge-take-over", cluster, "", subject, {**detail, "note": note})
+
+
+def _count_status(cluster: str, status: BridgeStatus, now: float) -> None:
+    """The bridge's last pass as metrics (per cluster and stack-wide): what the stack's bridge alarms read."""
+    if status.slurmctld is not None:
+        bridge_metric(UNREACHABLE_METRIC, cluster, int(status.slurmctld == "unreachable"))
+        bridge_metric(REFUSED_METRIC, cluster, int(status.slurmctld == "refused"))
+    behind = behind_s(status, now)
+    if behind is not None:
+        bridge_metric(BEHIND_METRIC, cluster, behind, MetricUnit.Seconds)
+    if status.errors is not None:
+        bridge_metric(ERRORS_METRIC, cluster, status.errors)
+
+
+def bridge_silence(ctx: Context, cluster: str) -> float | None:
+    """Reconcile's look at a cluster's bridge: `SlurmBridgeSilent` 1 when the bridge holding the fence has not
+    pulled for SILENT_S, else 0 (per cluster and stack-wide: a bridge under `"*"` has no per-cluster alarm on its
+    pulls). A cluster no bridge ever identified itself for gets nothing. Returns the silence, in seconds."""
+    silent = silent_for(ctx.table.registration(cluster).lease, ctx.clock())
+    if silent is not None:
+        bridge_metric(SILENT_METRIC, cluster, int(silent > SILENT_S))
+    return silent
 
 
 def _settings(groups: dict[str, Any]) -> tuple[set[str], set[str]]:
@@ -103,14 +183,13 @@ def _digest(cluster_id: str, isolating: set[str], adopting: set[str], complete: 
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def _unchanged(ctx: Context, cluster: str, since: float, digest: str) -> dict[str, Any] | None:
+def _unchanged(ctx: Context, cluster: str, since: float, digest: str, complete: bool) -> dict[str, Any] | None:
     """The answer that the bridge's document still holds, or None when it may not."""
     try:
         view = ctx.view(cluster, load_records=False)
     except ClusterNotFound:
         return None  # what the cluster left: the whole document says it
     isolating, adopting = _settings(view.groups)
-    complete = ctx.table.recorded_at(cluster) is not None
     if _digest(view.info.cluster_id, isolating, adopting, complete) != digest:
         return None
     if ctx.table.changed_since(cluster, since - SAVE_MARGIN_S):
