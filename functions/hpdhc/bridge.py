@@ -1,13 +1,17 @@
 """`hpdhc bridge`: the Slurm bridge, an agent on the cluster's Slurm controller node that makes Slurm do what the
 controller decided: every `--interval` seconds one pass (`hpdhc.sync.sync_once`: desired state from
-`GET /clusters/{cluster}/slurm`, Slurm's from `scontrol -o show node`, one `scontrol update NodeName=<nodes> ...`
-per distinct change, occupancy and claims to `POST /clusters/{cluster}/slurm/occupancy`). It only ever drains,
-resumes and sets node features: never `State=DOWN` or `FAIL`, never `scancel`, so a running job is never killed.
+`GET /clusters/{cluster}/slurm`, Slurm's from `scontrol -o --future show node` and its reservations, the lock's node
+list (the reservation `hpdhc-<cluster>`, hpdhc.lock) written once when it changes, one
+`scontrol update NodeName=<nodes> ...` per distinct change, occupancy and claims to
+`POST /clusters/{cluster}/slurm/occupancy`). It only ever writes its own reservation, drains, resumes and sets node
+features: never `State=DOWN` or `FAIL`, never `scancel`, so a running job is never killed.
 
 The agent around the pass: the partition -> instance group map (HyperPod's provisioning_parameters.json), one
-bridge per cluster on a machine (a lock in `--state-dir`, where the last applied document is kept too), exit codes
+bridge per cluster on a machine (a pid file in `--state-dir`, where the last applied document, the lock as this
+bridge left it and its identity are kept too), exit codes
 that tell auth, API, Slurm and configuration apart, journald priorities, `--dry-run`. A brand-new node is drained
-before its slurmd starts by `hpdhc gate node-boot` (hpdhc.gate). Standard library and boto3/botocore only (through
+before its slurmd starts by `hpdhc gate node-boot` (hpdhc.gate); only the bridge holding the cluster's fence
+(`--take-over` takes it) releases a node from the lock. Standard library and boto3/botocore only (through
 `hpdhc.client`); Python 3.10 (Ubuntu 22.04's python3) and newer.
 """
 
@@ -22,7 +26,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +110,7 @@ def run(
     sleep: Callable[[float], None] = time.sleep,
     memory: Memory | None = None,
     dry_run: bool = False,
+    marker_dir: Path | None = None,
 ) -> int:
     """Sync every interval (`interval_s`, else the controller's suggestion, else 60 s) until stopped; with `once`
     (or `dry_run`), one pass whose exit code says what went wrong. A daemon whose calls are refused
@@ -114,7 +119,10 @@ def run(
     refused = 0
     while True:
         started = time.monotonic()
-        result = sync_once(cluster, controller, slurm, partitions_to_groups, memory, dry_run)
+        marked = markers(marker_dir)
+        result = sync_once(cluster, controller, slurm, partitions_to_groups, memory, dry_run, marked)
+        if memory.document is not None and not dry_run:
+            clear_markers(marker_dir, marked & memory.document.wanted.keys())
         if dry_run:
             for command in result.commands:
                 print(" ".join(quoted(a) for a in command))
@@ -142,6 +150,24 @@ def run(
             max(result.interval_s or DEFAULT_INTERVAL_S, INTERVAL_BOUNDS_S[0]), INTERVAL_BOUNDS_S[1]
         )
         sleep(max(0.0, period - (time.monotonic() - started)))
+
+
+def markers(marker_dir: Path | None) -> frozenset[str]:
+    """The nodes the boot gate could not lock (`hpdhc gate node-boot --marker-dir`): one file each, named for it."""
+    if marker_dir is None:
+        return frozenset()
+    try:
+        return frozenset(p.name for p in marker_dir.iterdir() if p.is_file() and not p.name.startswith("."))
+    except OSError:
+        return frozenset()
+
+
+def clear_markers(marker_dir: Path | None, names: Iterable[str]) -> None:
+    """The controller lists these nodes now: its document decides, the markers are done."""
+    for name in names:
+        if marker_dir is not None:
+            with contextlib.suppress(OSError):
+                (marker_dir / name).unlink()
 
 
 def parser(prog: str = "hpdhc bridge") -> argparse.ArgumentParser:
@@ -178,7 +204,20 @@ def parser(prog: str = "hpdhc bridge") -> argparse.ArgumentParser:
         type=Path,
         default=Path(STATE_DIR),
         metavar="DIR",
-        help=f"the lock and the last applied document (default {STATE_DIR})",
+        help=f"the pid file, the last applied document, the lock as last written, this bridge's identity (default "
+        f"{STATE_DIR})",
+    )
+    p.add_argument(
+        "--marker-dir",
+        type=Path,
+        metavar="DIR",
+        help="the boot gate's markers (hpdhc gate node-boot --marker-dir on shared storage): a marked node is locked",
+    )
+    p.add_argument(
+        "--take-over",
+        action="store_true",
+        help="take the cluster's fence from the bridge holding it (a replaced controller node whose old bridge "
+        "may still run): only the fence holder releases nodes from the lock",
     )
     p.add_argument("--scontrol", default="scontrol", metavar="PATH", help="the scontrol binary")
     p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
@@ -231,13 +270,24 @@ def main(argv: list[str] | None = None, prog: str = "hpdhc bridge") -> int:
     )
     controller, slurm = ApiController(client), Scontrol(args.scontrol)
     try:
-        if args.dry_run:  # changes nothing, so takes no lock and writes no state
+        if args.dry_run:  # changes nothing, so takes no pid file and writes no state
             memory = Memory.load(args.state_dir / f"{args.cluster}.json")
             memory.path = None
             return run(args.cluster, controller, slurm, partitions, memory=memory, dry_run=True)
         with single_instance(args.state_dir, args.cluster):
             memory = Memory.load(args.state_dir / f"{args.cluster}.json")
-            return run(args.cluster, controller, slurm, partitions, args.interval, args.once, memory=memory)
+            memory.take_over = args.take_over
+            log.info("this bridge is %s%s", memory.bridge, " (taking the fence over)" if args.take_over else "")
+            return run(
+                args.cluster,
+                controller,
+                slurm,
+                partitions,
+                args.interval,
+                args.once,
+                memory=memory,
+                marker_dir=args.marker_dir,
+            )
     except _Locked as err:
         log.error("%s", err)
         return EXIT_LOCKED

@@ -10,20 +10,26 @@ controller does not list is drained (`hpdhc:wait`) only when the document says t
 (`complete`) and the node's partition belongs to an isolating group; a document older than the last applied
 (`generation`) is not applied. When the controller is unreachable, the last applied document (`Memory`) still
 drains new nodes of isolating partitions; nothing is resumed without a fresh answer.
+
+The drain is the label an admin sees; the lock is what keeps jobs off (hpdhc.lock): the reservation
+`hpdhc-<cluster>` holds every node the controller has not passed, and no `RESUME` lifts it. A pass writes the lock
+once, before the labels: a node is locked, then drained; unlocked, then resumed. Only a bridge holding the cluster's
+fence (`Document.holder`) with a fresh document releases a node; any other pass only adds to the lock.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
 from hpdhc.client import ApiError, Json, OperatorClient
-from hpdhc.document import FEATURE_KEY, FEATURES, Desired, Document, Memory, read_document, still_holds
-from hpdhc.scontrol import OWNED_PREFIX, UPDATE_BATCH, Slurm, SlurmError, SlurmNode, SlurmUnreachable
+from hpdhc.document import FEATURE_KEY, FEATURES, Desired, Document, Memory, isolating, read_document, still_holds
+from hpdhc.lock import AWAITING, LockPlan, plan_lock
+from hpdhc.scontrol import UPDATE_BATCH, Lock, Slurm, SlurmError, SlurmNode, SlurmUnreachable, hostlist, lock_name
 
-AWAITING = OWNED_PREFIX + "wait not recorded by the controller yet"
 HELD_MAX = 200  # characters of a foreign claim reported back to the controller
 
 # What stopped a pass, as the agent's exit code (an admin, or systemd's RestartPreventExitStatus, tells them apart).
@@ -77,9 +83,13 @@ def unlisted_node_changes(node: SlurmNode, isolating: bool | None, complete: boo
 
 class Controller(Protocol):
     """What the bridge needs of the controller: the desired state document (every page), and who hears occupancy.
-    `since` (a document's `cursor()`): the controller may answer `unchanged` instead."""
+    `since` (a document's `cursor()`): the controller may answer `unchanged` instead. `status`: what the bridge says
+    of itself with every page (`Memory.status`), so the controller decides who holds the fence and sees from
+    Slurm's side whether the bridge applies what it must."""
 
-    def desired(self, cluster: str, since: tuple[float, str] | None = None) -> Json: ...
+    def desired(
+        self, cluster: str, since: tuple[float, str] | None = None, status: Mapping[str, str] | None = None
+    ) -> Json: ...
 
     def report(self, cluster: str, nodes: list[Json]) -> Json: ...
 
@@ -90,8 +100,10 @@ class ApiController(Controller):
     def __init__(self, client: OperatorClient) -> None:
         self.client = client
 
-    def desired(self, cluster: str, since: tuple[float, str] | None = None) -> Json:
-        return self.client.slurm_state(cluster, since)
+    def desired(
+        self, cluster: str, since: tuple[float, str] | None = None, status: Mapping[str, str] | None = None
+    ) -> Json:
+        return self.client.slurm_state(cluster, since, status)
 
     def report(self, cluster: str, nodes: list[Json]) -> Json:
         return self.client.report_occupancy(cluster, nodes)
@@ -106,13 +118,16 @@ class SyncResult:
     reported, the nodes held by someone else's claim, and what went wrong (`failure`: the kind that stopped it)."""
 
     applied: dict[str, list[str]] = field(default_factory=dict)  # node -> arguments
-    commands: list[list[str]] = field(default_factory=list)  # each `scontrol update` run (or, dry, to run)
+    commands: list[list[str]] = field(default_factory=list)  # each `scontrol` write run (or, dry, to run)
     reported: list[Json] = field(default_factory=list)
     held: dict[str, str] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     failure: int = EXIT_OK  # EXIT_AUTH, EXIT_API, EXIT_SLURM when the pass could not be made
     interval_s: float | None = None  # the controller's suggested sync_interval_s
     stale: bool = False  # the controller's answer was older than the document applied last: not applied
+    lock: LockPlan | None = None  # the lock as this pass planned it
+    writes: int = 0  # scontrol writes slurmctld took
+    refused: int = 0  # scontrol writes slurmctld refused
 
 
 def sync_once(
@@ -122,15 +137,66 @@ def sync_once(
     partitions_to_groups: Mapping[str, str],
     memory: Memory | None = None,
     dry_run: bool = False,
+    marked: frozenset[str] = frozenset(),
 ) -> SyncResult:
-    """Read the desired state, apply the difference, report occupancy and claims. Slurm is only touched once Slurm's
+    """Read the desired state, apply the difference, report occupancy and claims. `marked`: nodes the boot gate
+    could not lock (their markers), locked here unless the controller says otherwise. Slurm is only touched once Slurm's
     own state was read and either the controller answered a whole, well-formed document, or (controller down)
-    the last applied one says which new nodes to drain."""
+    the last applied one says which new nodes to drain and lock."""
     memory = memory if memory is not None else Memory()
     result = SyncResult()
+    lock = lock_name(cluster)
+    document = _read_desired(cluster, controller, memory, result, dry_run)
+    try:
+        actual = slurm.nodes(lock=lock)
+        current = slurm.lock(lock)
+    except SlurmError as err:
+        result.failure = result.failure or EXIT_SLURM
+        result.errors.append(str(err))
+        log.error("%s; nothing changed in Slurm", err)
+        _remember(memory, result, None, dry_run)
+        return result
+
+    fresh = document is not None
+    document = document or memory.document
+    if document is None:
+        log.error("no document from the controller and none kept: nothing changed in Slurm")
+        _remember(memory, result, None, dry_run)
+        return result
+    if fresh and document.fence < memory.fence:
+        result.errors.append(f"controller: fence {document.fence} is below the {memory.fence} seen: only adds")
+        log.warning("%s", result.errors[-1])
+    may_release = fresh and document.holder and document.fence >= memory.fence
+    if fresh and not document.holder:
+        log.warning("another bridge holds the fence of %s: this one only adds to the lock", cluster)
+    result.lock = plan_lock(document, actual, partitions_to_groups, memory.locked, memory.released, may_release, marked)
+    for name in sorted(result.lock.newly_released):
+        log.warning("%s: released from %s by hand; left alone until its desired state changes", name, lock)
+    if current is None and memory.locked:
+        result.errors.append(f"reservation {lock} is gone: every node it held is treated as released by hand")
+        log.error("%s", result.errors[-1])
+    locked = _write_lock(slurm, lock, result.lock, current, result, dry_run)
+    if locked is not None and not dry_run:  # the lock as this bridge leaves it: what a release by hand is told from
+        memory.locked = result.lock.nodes if locked else (current.nodes if current else frozenset())
+    if locked is None:
+        _remember(memory, result, None, dry_run)
+        return result
+    plan = _plan(document, actual, partitions_to_groups, may_release and locked, result)
+    _apply(plan, slurm, lock, result, dry_run)
+    _remember(memory, result, document if fresh else None, dry_run)
+    if not fresh or dry_run:
+        return result
+    _report(cluster, controller, document, actual, memory, result)
+    return result
+
+
+def _read_desired(
+    cluster: str, controller: Controller, memory: Memory, result: SyncResult, dry_run: bool
+) -> Document | None:
+    """The controller's fresh document, or None (unreachable, refused, malformed, or older than the one applied)."""
     try:
         cursor = memory.document.cursor() if memory.document is not None and not dry_run else None
-        answer = controller.desired(cluster, cursor) if cursor is not None else controller.desired(cluster)
+        answer = controller.desired(cluster, since=cursor, status=memory.status())
         document = still_holds(cluster, answer, memory.document) or read_document(cluster, answer, result.errors)
         result.interval_s = document.interval_s if document else None
     except Exception as err:  # whatever failed (network, HTTP, JSON, shape): no fresh answer
@@ -149,27 +215,20 @@ def sync_once(
             f"({memory.document.generation}): not applied"
         )
         log.warning("%s", result.errors[-1])
-        document = None
-    try:
-        actual = slurm.nodes()
-    except SlurmError as err:
-        result.failure = result.failure or EXIT_SLURM
-        result.errors.append(str(err))
-        log.error("%s; nothing changed in Slurm", err)
-        return result
+        return None
+    return document
 
-    fresh = document is not None
-    document = document or memory.document
-    if document is None:
-        log.error("no document from the controller and none kept: nothing changed in Slurm")
-        return result
-    plan = _plan(document, actual, partitions_to_groups, fresh, result)
-    _apply(plan, slurm, result, dry_run)
-    if not fresh or dry_run:
-        return result
-    memory.keep(document)
-    # Occupancy matters to a node waiting for its check; a claim, when it changes. Nothing else is reported, so an
-    # idle cluster's pass reports nothing (the first pass of a run reports every node once).
+
+def _report(
+    cluster: str,
+    controller: Controller,
+    document: Document,
+    actual: Mapping[str, SlurmNode],
+    memory: Memory,
+    result: SyncResult,
+) -> None:
+    """Occupancy matters to a node waiting for its check; a claim, when it changes. Nothing else is reported, so an
+    idle cluster's pass reports nothing (the first pass of a run reports every node once)."""
     occupancy, held = [], {}
     for name in sorted(document.wanted):
         key = document.keys.get(name)
@@ -189,51 +248,94 @@ def sync_once(
     except Exception as err:  # Slurm is already right; the controller hears about occupancy next time
         result.errors.append(f"occupancy report: {err}")
         log.warning("occupancy report: %s", err)
-    return result
+
+
+def _remember(memory: Memory, result: SyncResult, document: Document | None, dry_run: bool) -> None:
+    """What the next pull tells the controller of this pass (`Memory.status`), and the document and lock kept."""
+    if dry_run:
+        return
+    unreachable = result.failure == EXIT_SLURM
+    memory.slurmctld = "unreachable" if unreachable else "refused" if result.refused and not result.writes else "ok"
+    memory.errors = len(result.errors)
+    if result.lock is not None and not unreachable and not result.refused:
+        memory.synced_at = time.time()  # every change due was applied (or none was due)
+    if result.lock is not None:
+        memory.released = dict(result.lock.released)
+    memory.keep(document)
 
 
 def _no_credentials(err: Exception) -> bool:
     return isinstance(err, ApiError) and err.status == 0 and "credentials" in str(err)
 
 
+def _write_lock(
+    slurm: Slurm, lock: str, plan: LockPlan, current: Lock | None, result: SyncResult, dry_run: bool
+) -> bool | None:
+    """The pass's one write of the lock's node list, when it changes. True: the lock is as planned; False: refused
+    (the labels are still applied, but nothing is resumed); None: slurmctld unreachable (the pass stops)."""
+    if not plan.changed:
+        return True
+    nodes = sorted(plan.nodes)
+    command = (
+        ["scontrol", "update", f"ReservationName={lock}", "Nodes=" + hostlist(nodes)]
+        if nodes
+        else ["scontrol", "delete", f"ReservationName={lock}"]  # Slurm refuses a reservation of no node
+    )
+    if dry_run:
+        result.commands.append(command)
+        return True
+    try:
+        slurm.set_lock(lock, nodes, current)
+    except SlurmUnreachable as err:
+        _stop(result, err)
+        return None
+    except SlurmError as err:
+        result.refused += 1
+        result.errors.append(f"{err}: the lock is unchanged, nothing is resumed")
+        log.error("%s", result.errors[-1])
+        return False
+    result.writes += 1
+    result.commands.append(command)
+    if plan.added:
+        log.info("locked in %s: %s", lock, ",".join(sorted(plan.added)))
+    if plan.removed:
+        log.info("released from %s: %s", lock, ",".join(sorted(plan.removed)))
+    return True
+
+
 def _plan(
     document: Document,
     actual: Mapping[str, SlurmNode],
     partitions_to_groups: Mapping[str, str],
-    fresh: bool,
+    may_release: bool,
     result: SyncResult,
 ) -> dict[str, list[str]]:
-    """node -> the arguments of its update. Without a fresh document only drains of new nodes are planned."""
+    """node -> the arguments of its update. Unless the pass may release, only drains are planned. A node released
+    from the lock by hand keeps whatever label it has: it is reported held."""
+    released = result.lock.released if result.lock is not None else {}
     plan: dict[str, list[str]] = {}
     for name, node in sorted(actual.items()):
+        if name in released:
+            result.held[name] = "released from the controller's lock by hand"
+            continue
         if name in document.wanted:
             desired = document.wanted[name]
             if node.claim is not None:
                 result.held[name] = _printable(node.claim)[:HELD_MAX]
-            if desired is not None and fresh:
-                plan[name] = changes(desired, node)
+            if desired is not None:
+                args = changes(desired, node)
+                if may_release or args[:1] == ["State=DRAIN"]:
+                    plan[name] = args
             continue
-        isolating = _isolating(node, partitions_to_groups, document.isolating_groups)
-        args = unlisted_node_changes(node, isolating, document.complete)
-        if fresh or args[:1] == ["State=DRAIN"]:  # a kept document drains new nodes, never resumes one
+        args = unlisted_node_changes(
+            node, isolating(node.partitions, partitions_to_groups, document.isolating_groups), document.complete
+        )
+        if may_release or args[:1] == ["State=DRAIN"]:  # a kept document drains new nodes, never resumes one
             plan[name] = args
     return {name: args for name, args in plan.items() if args}
 
 
-def _isolating(
-    node: SlurmNode, partitions_to_groups: Mapping[str, str], isolating_groups: frozenset[str]
-) -> bool | None:
-    """Whether the node's group isolates new nodes: True if any partition's group does, False if every partition
-    maps to a group that does not, None when a partition's group is unknown."""
-    groups = [partitions_to_groups.get(p) for p in node.partitions]
-    if any(g in isolating_groups for g in groups if g):
-        return True
-    if groups and all(groups):
-        return False
-    return None
-
-
-def _apply(plan: Mapping[str, list[str]], slurm: Slurm, result: SyncResult, dry_run: bool) -> None:
+def _apply(plan: Mapping[str, list[str]], slurm: Slurm, lock: str, result: SyncResult, dry_run: bool) -> None:
     """One `scontrol update` per distinct change and UPDATE_BATCH nodes; a refused batch is retried node by node
     (one node's refusal does not hold back the others); slurmctld unreachable stops the pass."""
     batches: dict[tuple[str, ...], list[str]] = {}
@@ -242,8 +344,8 @@ def _apply(plan: Mapping[str, list[str]], slurm: Slurm, result: SyncResult, dry_
     for change, names in batches.items():
         for start in range(0, len(names), UPDATE_BATCH):
             part = names[start : start + UPDATE_BATCH]
-            if "State=RESUME" in change:
-                kept = _still_ours(slurm, part, result)
+            if "State=RESUME" in change and not dry_run:
+                kept = _still_ours(slurm, part, lock, result)
                 if kept is None:
                     return
                 part = kept
@@ -251,12 +353,12 @@ def _apply(plan: Mapping[str, list[str]], slurm: Slurm, result: SyncResult, dry_
                 return
 
 
-def _still_ours(slurm: Slurm, names: list[str], result: SyncResult) -> list[str] | None:
+def _still_ours(slurm: Slurm, names: list[str], lock: str, result: SyncResult) -> list[str] | None:
     """The nodes of `names` that, read again right before their RESUME, are still drained by us alone: a drain,
     DOWN or FAIL someone placed since the pass read Slurm is theirs, and is kept (held, reported as such). None
     when slurmctld cannot be reached (the pass stops); [] when the read is refused: nothing is resumed."""
     try:
-        now = slurm.nodes(names)
+        now = slurm.nodes(names, lock=lock)
     except SlurmUnreachable as err:
         _stop(result, err)
         return None
@@ -267,7 +369,7 @@ def _still_ours(slurm: Slurm, names: list[str], result: SyncResult) -> list[str]
     kept = []
     for name in names:
         node = now.get(name)
-        if node is not None and node.claim is None and node.drained:
+        if node is not None and node.claim is None and node.drained and not node.locked:
             kept.append(name)
         elif node is not None and node.claim is not None:
             result.held[name] = _printable(node.claim)[:HELD_MAX]
@@ -296,10 +398,12 @@ def _update(slurm: Slurm, names: list[str], args: list[str], result: SyncResult,
         return False
     except SlurmError as err:
         if len(names) == 1:
+            result.refused += 1
             result.errors.append(str(err))
             log.warning("%s", err)
             return True
         return all(_update(slurm, [n], args, result, dry_run) for n in names)
+    result.writes += 1
     result.commands.append(command)
     result.applied.update({n: args for n in names})
     log.info("%s", " ".join(quoted(a) for a in command))

@@ -166,6 +166,7 @@ def run_idle(nodes: int, hours: float) -> IdleCost:
     from hpdhc.sync import sync_once
     from tests.bench.run import function_memory_mb
     from tests.fakes.hyperpod import Clock, FakeHyperPod, GroupSpec
+    from tests.fakes.slurm_lock import FakeLock
     from tests.harness.engine import TABLE_NAME, Harness
     from tests.harness.synth import synthesized_template
     from tests.harness.template import ControllerTemplate
@@ -205,20 +206,23 @@ def run_idle(nodes: int, hours: float) -> IdleCost:
         passed = ("HealthCheck:Passed",)
         slurm_nodes = {n: SlurmNode(name=n, features=passed, available=FEATURES, partitions=(GROUP,)) for n in names}
 
-        class IdleSlurm:
-            def nodes(self, names: Sequence[str] = ()) -> dict[str, SlurmNode]:
+        class IdleSlurm(FakeLock):
+            def nodes(self, names: Sequence[str] = (), lock: str | None = None) -> dict[str, SlurmNode]:
                 return {k: v for k, v in slurm_nodes.items() if not names or k in names}
 
             def update(self, names: Sequence[str], args: list[str]) -> None:
                 raise AssertionError(f"an idle cluster's bridge changed Slurm: {len(names)} node(s), {args}")
 
         class Controller:
-            def desired(self, cluster: str, since: tuple[float, str] | None = None) -> dict[str, Any]:
-                query = {"limit": "10000"} | ({} if since is None else {"since": repr(since[0]), "digest": since[1]})
+            def desired(
+                self, cluster: str, since: tuple[float, str] | None = None, status: Any = None
+            ) -> dict[str, Any]:
+                query = {"limit": "10000", **(status or {})}
+                query |= {} if since is None else {"since": repr(since[0]), "digest": since[1]}
                 cost.api_requests += 1
-                status, body = harness.api("GET", f"/clusters/{cluster}/slurm", query=query, principal=INSTANCE_ROLE)
-                if status != 200:
-                    raise RuntimeError(f"HTTP {status}: {body}")
+                code, body = harness.api("GET", f"/clusters/{cluster}/slurm", query=query, principal=INSTANCE_ROLE)
+                if code != 200:
+                    raise RuntimeError(f"HTTP {code}: {body}")
                 return body
 
             def report(self, cluster: str, reported: list[dict[str, Any]]) -> dict[str, Any]:

@@ -41,10 +41,10 @@ class Registered(Scontrol):
         super().__init__()
         self.calls = 0
 
-    def nodes(self, names: Sequence[str] = ()) -> dict[str, SlurmNode]:
+    def nodes(self, names: Sequence[str] = (), lock: str | None = None) -> dict[str, SlurmNode]:
         self.calls += 1
         out = {}
-        for name, node in super().nodes(names).items():
+        for name, node in super().nodes(names, lock).items():
             states = tuple(w for w in node.states if w not in UNREGISTERED) or ("IDLE",)
             reason = None if node.reason == "Not responding" else node.reason
             out[name] = replace(node, states=states, reason=reason)
@@ -61,7 +61,7 @@ class Document:
         self.document = {"cluster": "bench", "isolating_groups": ["p5"], "complete": True, "generation": 1.0,
                          "nodes": entries, "next_token": None}  # fmt: skip
 
-    def desired(self, cluster: str, since: tuple[float, str] | None = None) -> dict[str, Any]:
+    def desired(self, cluster: str, since: tuple[float, str] | None = None, status: Any = None) -> dict[str, Any]:
         return self.document
 
     def report(self, cluster: str, nodes: list[dict[str, Any]]) -> dict[str, Any]:
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster.processes.remove(ctld)
 
         class Gone(Registered):
-            def nodes(self, names: Sequence[str] = ()) -> dict[str, SlurmNode]:
+            def nodes(self, names: Sequence[str] = (), lock: str | None = None) -> dict[str, SlurmNode]:
                 return nodes
 
         gone, back = Gone(), Document(names, WAIT, FEATURES[0])

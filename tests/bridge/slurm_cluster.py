@@ -72,6 +72,7 @@ SchedulerType=sched/backfill
 SlurmctldTimeout=30
 SlurmdTimeout=30
 KillWait=2
+RebootProgram=/bin/true
 {nodes}
 {partitions}
 """
@@ -94,9 +95,9 @@ class SlurmCluster:
             raise AssertionError(f"{' '.join(args)} failed: {done.stderr.strip()}")
         return done.stdout
 
-    def nodes(self, names: Sequence[str] = ()) -> dict[str, SlurmNode]:
+    def nodes(self, names: Sequence[str] = (), lock: str | None = None) -> dict[str, SlurmNode]:
         """Slurm's state as the bridge reads it."""
-        return Scontrol().nodes(names)
+        return Scontrol().nodes(names, lock)
 
     def line(self, node: str) -> str:
         """The node's raw `scontrol -o show node` line."""
@@ -120,9 +121,11 @@ class SlurmCluster:
         _terminate(process)
         self.processes.remove(process)
 
-    def start_slurmd(self, name: str) -> None:
-        """The node's slurmd starts and registers (what a lifecycle script does last)."""
-        self.slurmd[name] = _spawn(self, "slurmd", "-D", "-N", name, "-f", str(self.conf))
+    def start_slurmd(self, name: str, rebooted: bool = False) -> None:
+        """The node's slurmd starts and registers (what a lifecycle script does last); `rebooted`: it says the node
+        just rebooted (`slurmd -b`), what ends a `scontrol reboot` (RebootProgram is /bin/true here)."""
+        extra = ["-b"] if rebooted else []
+        self.slurmd[name] = _spawn(self, "slurmd", "-D", *extra, "-N", name, "-f", str(self.conf))
 
     def reset(self) -> None:
         """Back to the state slurm.conf gives: no jobs, no reservations, every slurmd up, every node IDLE with its

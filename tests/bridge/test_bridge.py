@@ -35,6 +35,7 @@ from hpdhc.sync import (
     sync_once,
     unlisted_node_changes,
 )
+from tests.fakes.slurm_lock import FakeLock
 
 WAIT = OWNED_PREFIX + "wait deep health check not passed yet, i-0; hpdhc history c n"
 CHECK = OWNED_PREFIX + "check deep health check running, i-0; hpdhc history c n"
@@ -285,7 +286,7 @@ def test_an_unlisted_node_is_drained_only_when_the_document_covers_the_cluster(u
 # ---------------------------------------------------------------------- one pass against fakes
 
 
-class FakeSlurm:
+class FakeSlurm(FakeLock):
     """Slurm's update semantics as 22.05 shows them: a drain sets the reason, a resume clears it and is refused for
     a node not drained, features are replaced as given; one call may name many nodes."""
 
@@ -296,10 +297,10 @@ class FakeSlurm:
         self.unreadable = False
         self.unreachable_after = unreachable_after
 
-    def nodes(self, names: Sequence[str] = ()) -> dict[str, SlurmNode]:
+    def nodes(self, names: Sequence[str] = (), lock: str | None = None) -> dict[str, SlurmNode]:
         if self.unreadable:
             raise SlurmUnreachable("scontrol -o show node: slurm_load_node error: Unable to contact slurm controller")
-        return {k: v for k, v in self.state.items() if not names or k in names}
+        return self.locked_view({k: v for k, v in self.state.items() if not names or k in names}, lock)
 
     def update(self, nodes, args: list[str]) -> None:
         if self.unreachable_after is not None and len(self.updates) >= self.unreachable_after:
@@ -333,7 +334,7 @@ class FakeController:
         self.reports: list[list[dict]] = []
         self.report_failure: Exception | None = None
 
-    def desired(self, cluster: str) -> dict:
+    def desired(self, cluster: str, since=None, status=None) -> dict:
         if self.failure:
             raise self.failure
         return self.document
@@ -397,11 +398,11 @@ class DrainedBetweenReadAndWrite(FakeSlurm):
         super().__init__(*nodes)
         self.meddle = meddle
 
-    def nodes(self, names: Sequence[str] = ()) -> dict[str, SlurmNode]:
+    def nodes(self, names: Sequence[str] = (), lock: str | None = None) -> dict[str, SlurmNode]:
         if names:
             self.state.update(self.meddle)
             self.meddle = {}
-        return super().nodes(names)
+        return super().nodes(names, lock)
 
 
 def test_a_claim_placed_between_the_passs_read_and_its_resume_is_kept():
@@ -418,9 +419,9 @@ def test_a_claim_placed_between_the_passs_read_and_its_resume_is_kept():
 
 def test_slurmctld_gone_at_the_read_before_a_resume_stops_the_pass_with_nothing_resumed():
     class GoneAtReRead(FakeSlurm):
-        def nodes(self, names: Sequence[str] = ()) -> dict[str, SlurmNode]:
+        def nodes(self, names: Sequence[str] = (), lock: str | None = None) -> dict[str, SlurmNode]:
             self.unreadable = bool(names)
-            return super().nodes(names)
+            return super().nodes(names, lock)
 
     slurm = GoneAtReRead(node("a", drained=True, reason=AWAITING))
     result = sync_once("c", FakeController(document(entry("a", None, PASSED))), slurm, PARTITIONS)
@@ -508,7 +509,8 @@ def test_dry_run_prints_what_a_pass_would_do_and_changes_nothing(capsys):
     assert slurm.updates == [] and controller.reports == []
     assert f'scontrol update NodeName=a State=DRAIN Reason="{WAIT}"' in out
     assert "# b: held by someone else (DOWN: bad dimm): left as it is" in out
-    assert "# 1 node(s) would change in 1 scontrol update(s)" in out
+    assert "scontrol update ReservationName=hpdhc-c Nodes=a\n" in out  # locked, then labelled
+    assert "# 1 node(s) would change in 2 scontrol update(s)" in out
 
 
 # ---------------------------------------------------------------------- the gate at boot
@@ -532,12 +534,30 @@ def test_the_gate_drains_a_booting_node_unless_someone_holds_it(at_boot, expecte
     assert gate.boot_changes(at_boot, False) == "its group does not isolate new nodes"
 
 
-def test_the_gate_fails_when_slurmctld_never_knows_the_node():
+def test_the_gate_never_fails_a_launch_and_marks_a_node_slurmctld_does_not_know(tmp_path):
     slurm = FakeSlurm()
-    assert gate.node_boot("new", slurm, lambda n: None, wait_s=0, sleep=lambda s: None) == bridge.EXIT_SLURM
-    slurm = FakeSlurm(node("new", states=("UNKNOWN",)))
-    assert gate.node_boot("new", slurm, lambda n: None, wait_s=0) == bridge.EXIT_OK
-    assert slurm.state["new"].reason == gate.BOOT_REASON
+    marks = tmp_path / "marks"
+    assert gate.node_boot("new", slurm, lambda n: None, "c", 0, marks, sleep=lambda s: None) == bridge.EXIT_OK
+    assert json.loads((marks / "new").read_text())["why"].startswith("slurmctld does not know node new yet")
+    slurm.unreadable = True  # slurmctld down: the same
+    assert gate.node_boot("down", slurm, lambda n: None, "c", 0, marks, sleep=lambda s: None) == bridge.EXIT_OK
+    assert "Unable to contact slurm controller" in json.loads((marks / "down").read_text())["why"]
+
+
+def test_the_gate_locks_then_labels_its_own_node_only():
+    slurm = FakeSlurm(node("new", states=("FUTURE",)), node("other", states=("UNKNOWN",)))
+    assert gate.node_boot("new", slurm, lambda n: None, "c", 0) == bridge.EXIT_OK
+    assert slurm.lock_writes == [("hpdhc-c", ("new",))] and slurm.state["new"].reason is None, "FUTURE: locked only"
+    assert slurm.state["other"].reason is None
+    slurm = FakeSlurm(node("down", states=("DOWN",), reason="Not responding"))
+    assert gate.node_boot("down", slurm, lambda n: None, "c", 0) == bridge.EXIT_OK
+    assert slurm.lock_writes == [("hpdhc-c", ("down",))] and slurm.state["down"].reason == gate.BOOT_REASON
+    slurm = FakeSlurm(node("busy", reason="admin: dimm", drained=True, states=("IDLE", "DRAIN")))
+    assert gate.node_boot("busy", slurm, lambda n: None, "c", 0) == bridge.EXIT_OK
+    assert not getattr(slurm, "lock_writes", []) and slurm.updates == [], "someone else's claim: left alone"
+    slurm = FakeSlurm(node("opted-out", states=("UNKNOWN",)))
+    assert gate.node_boot("opted-out", slurm, lambda n: False, "c", 0) == bridge.EXIT_OK
+    assert not getattr(slurm, "lock_writes", []) and slurm.updates == []
 
 
 def test_gate_slurm_conf_prints_nothing(capsys):
@@ -573,7 +593,7 @@ def test_scontrol_is_run_with_exactly_the_changes(fake_scontrol, monkeypatch):
     scontrol.update(["ip-10-0-0-1", "ip-10-0-0-2"], ["State=DRAIN", f"Reason={WAIT}", "AvailableFeatures=a,b",
                                                      "ActiveFeatures=a"])  # fmt: skip
     assert calls.read_text().splitlines() == [
-        "-o show node",
+        "-o --future show node",
         "-o show reservation",
         f"update NodeName=ip-10-0-0-1,ip-10-0-0-2 State=DRAIN Reason={WAIT} AvailableFeatures=a,b ActiveFeatures=a",
     ]
@@ -595,7 +615,8 @@ def test_a_node_an_active_reservation_holds_is_read_with_it(fake_scontrol, monke
         "ip-10-0-0-2": "reservation maint1 (MAINT)",  # its own claim (never registered) comes second
     }
     assert calls.read_text().splitlines() == [
-        "-o show node ip-10-0-0-1,ip-10-0-0-2", "-o show reservation", "show hostnames ip-10-0-0-[1-2]"]  # fmt: skip
+        "-o --future show node ip-10-0-0-1,ip-10-0-0-2", "-o show reservation",
+        "show hostnames ip-10-0-0-[1-2]"]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -724,7 +745,9 @@ def test_hpdhc_bridge_fails_loudly_on_config_and_runs_no_update_against_an_unrea
     parameters = tmp_path / "p.json"
     parameters.write_text(json.dumps({"worker_groups": [{"instance_group_name": "g", "partition_name": "dev"}]}))
     assert cli.main([*base, "--provisioning-parameters", str(parameters)]) == 4
-    assert calls.read_text().splitlines() == ["-o show node", "-o show reservation"], "read, never updated"
+    assert calls.read_text().splitlines() == ["-o --future show node", "-o show reservation", "-o show reservation"], (
+        "read, never updated"
+    )
 
 
 def test_a_second_bridge_for_the_cluster_exits_instead_of_double_applying(tmp_path):
@@ -756,7 +779,7 @@ class CursorController(FakeController):
         super().__init__(document)
         self.asked: list[tuple[float, str] | None] = []
 
-    def desired(self, cluster: str, since: tuple[float, str] | None = None) -> dict:
+    def desired(self, cluster: str, since: tuple[float, str] | None = None, status=None) -> dict:
         self.asked.append(since)
         if since is not None and since == (self.document["as_of"], self.document["digest"]):
             return {"cluster": cluster, "sync_interval_s": 60, "isolating_groups": self.document["isolating_groups"],

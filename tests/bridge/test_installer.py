@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hpdhc import bridge
+from hpdhc import bridge, gate
 from tests.bridge.slurm_cluster import SlurmCluster
 
 SNIPPET = Path(bridge.__file__).parent / "lifecycle" / "install_slurm_bridge.sh"
@@ -316,6 +316,107 @@ def test_on_a_compute_node_the_gate_drains_it_before_slurmd_and_installs_no_unit
     assert done.returncode == 0, done.stderr
     steps = planned(done)
     node = subprocess.run(["hostname", "-s"], capture_output=True, text=True, check=True).stdout.strip()
-    assert steps[-1] == (f"/opt/hpdhc/venv/bin/hpdhc gate node-boot --node {node} --scontrol /opt/slurm/bin/scontrol "
+    assert steps[-1] == (f"/opt/hpdhc/venv/bin/hpdhc gate node-boot --cluster ml-cluster-1 --node {node} "
+                         "--scontrol /opt/slurm/bin/scontrol "
                          "--provisioning-parameters /opt/ml/config/provisioning_parameters.json")  # fmt: skip
     assert not any("systemctl" in step or "cat >" in step for step in steps), "no service on a compute node"
+    # What it runs parses as `hpdhc gate` arguments: the cluster (its lock) and the default marker directory.
+    parsed = gate.parser().parse_args(steps[-1].split()[2:])
+    assert (parsed.cluster, parsed.node, parsed.marker_dir) == ("ml-cluster-1", node, Path(gate.MARKER_DIR))
+
+
+# The base-config's on_create.sh (aws-samples/awsome-distributed-training,
+# 1.architectures/5.sagemaker-hyperpod/LifecycleScripts/base-config/on_create.sh), its order kept: set -ex, the
+# resource config's path, then lifecycle_script.py, which starts slurmctld or slurmd. Its log file and sleep are left
+# out; @SNIPPET@ marks where the documented line goes.
+BASE_ON_CREATE = """#!/bin/bash
+
+set -ex
+
+PROVISIONING_PARAMETERS_PATH="provisioning_parameters.json"
+
+if [[ -z "$SAGEMAKER_RESOURCE_CONFIG_PATH" ]]; then
+  SAGEMAKER_RESOURCE_CONFIG_PATH="/opt/ml/config/resource_config.json"
+  if [[ ! -f $SAGEMAKER_RESOURCE_CONFIG_PATH ]]; then
+    exit 0
+  fi
+fi
+
+@SNIPPET@
+python3 -u lifecycle_script.py \\
+  -rc $SAGEMAKER_RESOURCE_CONFIG_PATH \\
+  -pp $PROVISIONING_PARAMETERS_PATH
+
+exit_code=$?
+
+exit $exit_code
+"""
+FAKE_LIFECYCLE_SCRIPT = "import sys\nprint('lifecycle_script.py ran', *sys.argv[1:], flush=True)\n"
+
+
+def documented_line() -> str:
+    """The one on_create.sh line the install docs give, the same in the snippet's header."""
+    docs = (PYPROJECT.parent / "docs" / "OPERATIONS.md").read_text()
+    lines = {line for line in docs.splitlines() if line.startswith("bash install_slurm_bridge.sh ")}
+    assert len(lines) == 1, lines
+    line = lines.pop()
+    assert f"#     {line}\n" in SNIPPET.read_text()
+    assert "just above `python3 -u lifecycle_script.py \\`" in docs
+    return line
+
+
+def test_the_documented_call_site_runs_before_lifecycle_script_py_on_every_node(tmp_path):
+    """The documented line placed where the docs say in the base-config's on_create.sh: on a compute node the gate
+    runs before lifecycle_script.py (so before slurmd), the controller gets its unit, a login node is left alone, and
+    on_create.sh goes on to lifecycle_script.py each time."""
+    line = documented_line()
+    line = line.replace("<name>", "ml-cluster-1").replace("<ApiEndpoint output>", CONTROLLER[-1])
+    lifecycle = tmp_path / "lifecycle"  # the lifecycle scripts' S3 prefix, as HyperPod copies it to the node
+    lifecycle.mkdir()
+    shutil.copy(SNIPPET, lifecycle / "install_slurm_bridge.sh")
+    (lifecycle / "lifecycle_script.py").write_text(FAKE_LIFECYCLE_SCRIPT)
+    parameters = lifecycle / "provisioning_parameters.json"
+    parameters.write_text(json.dumps({"controller_group": "controller-machine", "login_group": "login"}))
+    resources = tmp_path / "resource_config.json"
+    # The test's own: print instead of install, the unit under tmp, this Python for the venv.
+    test_only = (f" --provisioning-parameters {parameters} --destdir {tmp_path / 'root'} --python {sys.executable}"
+                 " --scontrol /opt/slurm/bin/scontrol --dry-run")  # fmt: skip
+    on_create = lifecycle / "on_create.sh"
+    on_create.write_text(BASE_ON_CREATE.replace("@SNIPPET@", line + test_only))
+    node = subprocess.run(["hostname", "-s"], capture_output=True, text=True, check=True).stdout.strip()
+    unit = tmp_path / "root" / UNIT
+    for group, kind in (("p5-workers", "compute"), ("controller-machine", "controller"), ("login", "login")):
+        instances = [{"InstanceName": "n1", "CustomerIpAddress": ip} for ip in own_addresses()]
+        resources.write_text(json.dumps({"InstanceGroups": [{"Name": group, "Instances": instances}]}))
+        done = subprocess.run(["bash", str(on_create)], cwd=lifecycle, capture_output=True, text=True, check=False,
+                              env={**os.environ, "SAGEMAKER_RESOURCE_CONFIG_PATH": str(resources)})  # fmt: skip
+        assert done.returncode == 0, (kind, done.stderr)
+        assert f"instance group {group} ({kind})" in done.stdout
+        ran = done.stdout.index(f"lifecycle_script.py ran -rc {resources} -pp provisioning_parameters.json")
+        if kind == "compute":
+            gate_step = f"+ /opt/hpdhc/venv/bin/hpdhc gate node-boot --cluster ml-cluster-1 --node {node} "
+            assert done.stdout.index(gate_step) < ran, done.stdout
+            assert not unit.exists()
+        elif kind == "controller":
+            assert done.stdout.index(f"wrote {unit}") < ran
+            assert "gate" not in unit_settings(unit)["ExecStart"]
+        else:
+            assert "login node: nothing to do" in done.stdout and not planned(done)
+
+
+def test_a_marker_dir_reaches_the_gate_and_the_bridge_alike(tmp_path):
+    common = [*CONTROLLER[2:], "--wheel", "/srv/hyperpod_dhc-0.1.0-py3-none-any.whl", "--python", sys.executable,
+              "--marker-dir", "/fsx/hpdhc-gate", "--dry-run"]  # fmt: skip
+    done = snippet("--node-type", "compute", "--gate", *common)
+    assert done.returncode == 0, done.stderr
+    parsed = gate.parser().parse_args(planned(done)[-1].split()[2:])
+    assert parsed.marker_dir == Path("/fsx/hpdhc-gate")
+    done = snippet("--node-type", "controller", "--destdir", str(tmp_path), *common)
+    assert done.returncode == 0, done.stderr
+    service = unit_settings(tmp_path / UNIT)
+    assert service["ExecStart"].endswith(" --state-dir /var/lib/hpdhc-bridge --marker-dir /fsx/hpdhc-gate")
+    assert bridge.parser().parse_args(service["ExecStart"].split()[2:]).marker_dir == Path("/fsx/hpdhc-gate")
+    assert service["ReadWritePaths"] == "-/fsx/hpdhc-gate"  # the bridge clears a marker once the controller knows it
+    for bad in ("fsx/relative", "/fsx/with space", "/fsx/%n", "/fsx/$HOME"):
+        done = snippet("--node-type", "controller", *common, "--marker-dir", bad)
+        assert done.returncode == 1 and "an absolute path without spaces" in done.stderr, bad

@@ -16,8 +16,8 @@ import pytest
 
 from hpdhc import bridge, cli, gate
 from hpdhc.client import OperatorClient
-from hpdhc.document import FEATURES
-from hpdhc.scontrol import Scontrol, SlurmNode
+from hpdhc.document import FEATURES, Memory
+from hpdhc.scontrol import Scontrol, SlurmNode, lock_name
 from hpdhc.sync import AWAITING, ApiController, Controller, SyncResult, sync_once
 from tests.bridge.slurm_cluster import PROVISIONING_PARAMETERS, SlurmCluster, wait_for
 
@@ -48,7 +48,7 @@ class FakeController(Controller):
         self.document: dict = document(*entries, isolating=isolating, complete=complete)
         self.reports: list[list[dict]] = []
 
-    def desired(self, cluster: str) -> dict:
+    def desired(self, cluster: str, since=None, status=None) -> dict:
         return self.document
 
     def report(self, cluster: str, nodes: list[dict]) -> dict:
@@ -221,8 +221,8 @@ class DrainedAfterTheRead(Scontrol):
         super().__init__()
         self.slurm, self.node, self.done = slurm, node, False
 
-    def nodes(self, names=()):
-        seen = super().nodes(names)
+    def nodes(self, names=(), lock=None):
+        seen = super().nodes(names, lock)
         if not names and not self.done:
             self.slurm.run("scontrol", "update", f"NodeName={self.node}", "State=DRAIN", "Reason=admin: dimm suspect")
             self.done = True
@@ -374,7 +374,8 @@ def test_without_the_gate_a_job_queued_before_slurmd_starts_runs_within_seconds(
 def test_with_the_gate_a_job_queued_before_slurmd_starts_waits_for_the_pass(slurm: SlurmCluster, api: Api, api_up,
                                                                             tmp_path):  # fmt: skip
     job = _new_node(slurm, A)
-    assert gate.main(["node-boot", "--node", A, "--wait", "5"]) == 0  # the lifecycle script, before slurmd
+    assert gate.main(["node-boot", "--cluster", CLUSTER, "--node", A, "--wait", "5", "--marker-dir",
+                      str(tmp_path / "marks")]) == 0  # fmt: skip  # the lifecycle script, before slurmd
     assert field(slurm.line(A), "Reason").startswith(gate.BOOT_REASON)
     slurm.start_slurmd(A)
     wait_for(lambda: _registered(slurm, A), "the new node to register", slurm.logs)
@@ -394,11 +395,13 @@ def test_with_the_gate_a_job_queued_before_slurmd_starts_waits_for_the_pass(slur
     wait_for(lambda: slurm.job_state(job) == "RUNNING", "the job to start once the node passed", slurm.logs)
 
 
-def test_the_gate_leaves_a_node_an_admin_holds(slurm: SlurmCluster):
+def test_the_gate_leaves_a_node_an_admin_holds(slurm: SlurmCluster, tmp_path):
     slurm.run("scontrol", "update", f"NodeName={A}", "State=DRAIN", "Reason=admin: rack 7")
-    assert gate.main(["node-boot", "--node", A, "--wait", "1"]) == 0
-    assert field(slurm.line(A), "Reason").startswith("admin: rack 7")
-    assert gate.main(["node-boot", "--node", "ip-10-0-0-99", "--wait", "0"]) == bridge.EXIT_SLURM
+    marks = ["--marker-dir", str(tmp_path)]
+    assert gate.main(["node-boot", "--cluster", CLUSTER, "--node", A, "--wait", "1", *marks]) == 0
+    assert field(slurm.line(A), "Reason").startswith("admin: rack 7") and _lock(slurm) == set()
+    assert gate.main(["node-boot", "--cluster", CLUSTER, "--node", "ip-10-0-0-99", "--wait", "0", *marks]) == 0
+    assert (tmp_path / "ip-10-0-0-99").exists(), "unknown to slurmctld: marked, and the launch goes on"
 
 
 # ---------------------------------------------------------------------- through the API, the CLI and its guards
@@ -428,9 +431,11 @@ def test_through_the_api_client_pages_and_signed_requests(slurm: SlurmCluster, a
     api.document = document(entry(A, WAITING), entry(B, RUNNING), entry(C, FAILED, "HealthCheck:Failed"))
     result = sync(ApiController(OperatorClient(api.endpoint)))
     assert result.errors == [] and result.applied.keys() == {A, B, C}
+    bridge_id = api.requests[0][2]["bridge"]  # who this bridge is, on every page: `<hostname>:<uuid>`
+    assert bridge_id[0].startswith(socket.gethostname()[:20])
     assert [(m, p, q) for m, p, q, _ in api.requests] == [
-        ("GET", f"/clusters/{CLUSTER}/slurm", {"limit": ["10000"]}),
-        ("GET", f"/clusters/{CLUSTER}/slurm", {"limit": ["10000"], "next_token": ["2"]}),
+        ("GET", f"/clusters/{CLUSTER}/slurm", {"limit": ["10000"], "bridge": bridge_id}),
+        ("GET", f"/clusters/{CLUSTER}/slurm", {"limit": ["10000"], "bridge": bridge_id, "next_token": ["2"]}),
         ("POST", f"/clusters/{CLUSTER}/slurm/occupancy", {}),
     ]
     assert all(auth.startswith("AWS4-HMAC-SHA256 ") for *_, auth in api.requests), "SigV4-signed"
@@ -465,3 +470,165 @@ def test_hpdhc_bridge_once_dry_run_and_a_second_bridge(slurm: SlurmCluster, api:
     assert cli.main([*argv, "--once"]) == bridge.EXIT_API
     api.status = 403
     assert cli.main([*argv, "--once"]) == bridge.EXIT_AUTH
+
+
+# ---------------------------------------------------------------------- the lock: no RESUME lifts it
+
+LOCK = lock_name(CLUSTER)
+PASSED = "HealthCheck:Passed"
+# The longest a pending job took to start on a resumed node before the lock (redteam-4 finding 2: 11.8 s).
+SCHEDULER_S = 12.0
+
+
+def _lock(slurm: SlurmCluster) -> set[str]:
+    """The nodes of the controller's reservation, as `scontrol show reservation` has it."""
+    lock = Scontrol().lock(LOCK)
+    return set(lock.nodes) if lock else set()
+
+
+def _queued(slurm: SlurmCluster, node: str) -> str:
+    """A job pinned to `node` (no --reservation: a user's), queued now: its id."""
+    partition = "cpu" if node == C else "dev"
+    return slurm.run("sbatch", "--parsable", "-w", node, "-p", partition, "-o", "/dev/null", "--wrap", "sleep 300"
+                     ).strip().split(";")[0]  # fmt: skip
+
+
+def _lift(slurm: SlurmCluster, nodes: list[str], how: str) -> None:
+    """What someone else does to lift our drain: an admin, HyperPod's health check sample, a reboot."""
+    names = ",".join(nodes)
+    if how == "admin RESUME":
+        slurm.run("scontrol", "update", f"NodeName={names}", "State=RESUME")
+    elif how == "FAIL Action:Reboot then RESUME":
+        slurm.run("scontrol", "update", f"NodeName={names}", "State=FAIL", "Reason=Action:Reboot")
+        slurm.run("scontrol", "update", f"NodeName={names}", "State=RESUME")
+    else:  # scontrol reboot ASAP nextstate=RESUME; the node reboots (slurmd comes back saying so)
+        slurm.run("scontrol", "reboot", "ASAP", "nextstate=RESUME", "reason=rebooted by an admin", names)
+        for node in nodes:
+            wait_for(lambda n=node: "REBOOT_ISSUED" in field(slurm.line(n), "State"), f"{node} reboot issued")
+            slurm.stop_slurmd(node)
+            slurm.start_slurmd(node, rebooted=True)
+        for node in nodes:
+            wait_for(lambda n=node: "REBOOT" not in field(slurm.line(n), "State"), f"{node} rebooted", slurm.logs)
+    for node in nodes:  # our label is gone: what a user's job would have waited for
+        wait_for(lambda n=node: not field(slurm.line(n), "State").count("DRAIN"), f"{node} not drained", slurm.logs)
+
+
+@pytest.mark.parametrize("how", ["admin RESUME", "FAIL Action:Reboot then RESUME", "scontrol reboot nextstate=RESUME"])
+def test_a_node_not_passed_takes_no_job_whoever_resumes_it_until_the_controller_passes_it(slurm: SlurmCluster, how):
+    """A waiting, an in-check and a failed node: locked in the controller's reservation and drained. Whoever lifts
+    the drain, a job pinned to each stays PENDING; the controller's pass releases them and the jobs run."""
+    controller = FakeController(entry(A, WAITING), entry(B, FAILED), entry(C, RUNNING))
+    memory = Memory()
+    sync_once(CLUSTER, controller, Scontrol(), PARTITIONS, memory)
+    assert _lock(slurm) == {A, B, C}
+    assert all("DRAIN" in field(slurm.line(n), "State") for n in (A, B, C)), "the label an admin sees"
+    jobs = {node: _queued(slurm, node) for node in (A, B, C)}
+    _lift(slurm, [A, B, C], how)
+    time.sleep(SCHEDULER_S)
+    assert {n: slurm.job_state(j) for n, j in jobs.items()} == dict.fromkeys(jobs, "PENDING")
+    result = sync_once(CLUSTER, controller, Scontrol(), PARTITIONS, memory)  # the label back; the lock never left
+    assert _lock(slurm) == {A, B, C} and all("DRAIN" in field(slurm.line(n), "State") for n in (A, B, C))
+    assert result.held == {}
+    controller.document = document(*(entry(n, None, PASSED) for n in (A, B, C)))
+    sync_once(CLUSTER, controller, Scontrol(), PARTITIONS, memory)
+    assert _lock(slurm) == set(), "the reservation is deleted with its last node"
+    for node, job in jobs.items():
+        wait_for(lambda j=job: slurm.job_state(j) == "RUNNING", f"the job on {node} to run once passed", slurm.logs)
+
+
+def test_a_running_job_keeps_running_when_its_node_is_locked(slurm: SlurmCluster):
+    job = slurm.sbatch(A)
+    sync_once(CLUSTER, FakeController(entry(A, WAITING), entry(B, None, PASSED)), Scontrol(), PARTITIONS, Memory())
+    assert _lock(slurm) == {A} and slurm.job_state(job) == "RUNNING"
+
+
+def test_a_bridge_that_does_not_hold_the_fence_only_adds_to_the_lock(slurm: SlurmCluster):
+    """Two bridges of one cluster (an HA pair, a re-install with its own state dir): the one the controller says
+    does not hold the fence, or that is told an older fence than it saw, releases nothing, even on a document that
+    says the node passed."""
+    holder = FakeController(entry(A, FAILED))
+    holder.document |= {"fence": 2, "holder": True}
+    sync_once(CLUSTER, holder, Scontrol(), PARTITIONS, Memory())
+    job = _queued(slurm, A)
+    second = FakeController(entry(A, None, PASSED), entry(B, WAITING))
+    second.document |= {"fence": 2, "holder": False}
+    sync_once(CLUSTER, second, Scontrol(), PARTITIONS, Memory())
+    assert _lock(slurm) == {A, B}, "it adds (B), it never releases (A)"
+    assert "DRAIN" in field(slurm.line(A), "State")
+    older = FakeController(entry(A, None, PASSED), entry(B, None, PASSED))
+    older.document |= {"fence": 1, "holder": True}  # a fence below the one this bridge saw: not the holder's
+    sync_once(CLUSTER, older, Scontrol(), PARTITIONS, Memory(fence=2))
+    assert _lock(slurm) == {A, B} and "DRAIN" in field(slurm.line(A), "State")
+    time.sleep(2)
+    assert slurm.job_state(job) == "PENDING"
+
+
+def test_a_future_nodes_gate_exits_0_and_the_node_registers_locked(slurm: SlurmCluster, tmp_path):
+    """A node Slurm holds as FUTURE is hidden from `scontrol show node`; the gate reads it with --future, locks it
+    before its slurmd starts, and a job queued for it waits for the controller's pass."""
+    slurm.stop_slurmd(B)
+    slurm.run("scontrol", "update", f"NodeName={B}", "State=FUTURE")
+    argv = ["node-boot", "--cluster", CLUSTER, "--node", B, "--wait", "5", "--marker-dir", str(tmp_path)]
+    assert gate.main(argv) == 0
+    assert _lock(slurm) == {B} and not (tmp_path / B).exists()
+    future = slurm.run("scontrol", "-o", "--future", "show", "node", B)
+    assert "DRAIN" not in field(future, "State"), "a FUTURE node registers with no reason: not labelled"
+    slurm.start_slurmd(B)
+    wait_for(lambda: _registered(slurm, B), "the FUTURE node to register", slurm.logs)
+    job = _queued(slurm, B)
+    time.sleep(3)
+    assert slurm.job_state(job) == "PENDING" and _lock(slurm) == {B}
+    result = sync_once(CLUSTER, FakeController(entry(A, None, PASSED), entry(B, None, PASSED)), Scontrol(), PARTITIONS,
+                       Memory())  # fmt: skip
+    assert result.held == {} and result.lock is not None and result.lock.removed == {B}
+    wait_for(lambda: slurm.job_state(job) == "RUNNING", "the job to run once the node passed", slurm.logs)
+
+
+def test_slurmctld_down_during_the_gate_the_launch_goes_on_and_the_node_takes_no_job_before_its_pass(
+    slurm: SlurmCluster, tmp_path
+):
+    """The bridge locks a node Slurm knows but whose slurmd is not up yet (a new node of an isolating group, not
+    recorded by the controller yet); the gate, with slurmctld unreachable, exits 0 and leaves a marker."""
+    job = _new_node(slurm, A)
+    memory = Memory()
+    sync_once(CLUSTER, FakeController(entry(B, None, PASSED)), Scontrol(), PARTITIONS, memory)
+    assert _lock(slurm) == {A}, "not up yet, in an isolating partition of a complete document: locked"
+    unreachable = tmp_path / "scontrol"
+    down_conf = tmp_path / "slurm.conf"
+    down_conf.write_text(slurm.conf.read_text().replace(f"SlurmctldPort={_port(slurm)}", "SlurmctldPort=9"))
+    unreachable.write_text(f'#!/bin/sh\nSLURM_CONF={down_conf} exec scontrol "$@"\n')
+    unreachable.chmod(0o755)
+    started = time.monotonic()
+    argv = ["node-boot", "--cluster", CLUSTER, "--node", A, "--wait", "2", "--marker-dir", str(tmp_path / "marks"),
+            "--scontrol", str(unreachable)]  # fmt: skip
+    assert gate.main(argv) == 0
+    assert time.monotonic() - started < 60 and "Unable to contact" in (tmp_path / "marks" / A).read_text()
+    slurm.start_slurmd(A)
+    wait_for(lambda: _registered(slurm, A), "the new node to register", slurm.logs)
+    time.sleep(3)
+    assert slurm.job_state(job) == "PENDING"
+    sync_once(CLUSTER, FakeController(entry(A, None, PASSED), entry(B, None, PASSED)), Scontrol(), PARTITIONS, memory)
+    wait_for(lambda: slurm.job_state(job) == "RUNNING", "the job to run once the node passed", slurm.logs)
+
+
+def _port(slurm: SlurmCluster) -> str:
+    return next(line.split("=", 1)[1] for line in slurm.conf.read_text().splitlines()
+                if line.startswith("SlurmctldPort="))  # fmt: skip
+
+
+def test_a_node_released_from_the_lock_by_hand_is_left_alone_until_its_desired_state_changes(slurm: SlurmCluster):
+    controller = FakeController(entry(A, WAITING), entry(B, WAITING))
+    memory = Memory()
+    sync_once(CLUSTER, controller, Scontrol(), PARTITIONS, memory)
+    assert _lock(slurm) == {A, B}
+    # An admin, on purpose: out of the reservation, then RESUME.
+    slurm.run("scontrol", "update", f"ReservationName={LOCK}", f"Nodes={B}")
+    slurm.run("scontrol", "update", f"NodeName={A}", "State=RESUME")
+    job = _queued(slurm, A)
+    wait_for(lambda: slurm.job_state(job) == "RUNNING", "the admin's job to run", slurm.logs)
+    result = sync_once(CLUSTER, controller, Scontrol(), PARTITIONS, memory)
+    assert _lock(slurm) == {B} and "DRAIN" not in field(slurm.line(A), "State")
+    assert result.held[A] == "released from the controller's lock by hand"
+    controller.document = document(entry(A, RUNNING), entry(B, WAITING))  # a new check: the controller's again
+    sync_once(CLUSTER, controller, Scontrol(), PARTITIONS, memory)
+    assert _lock(slurm) == {A, B} and "DRAIN" in field(slurm.line(A), "State")

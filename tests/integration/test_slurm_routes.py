@@ -14,6 +14,7 @@ import pytest
 from deephealth.domain.nodes import NodeRecord, NodeState, Outcome, Verdict
 from deephealth.domain.slurm import BUSY_FRESH_S, JOB_WAIT_S, OWNED_PREFIX, SYNC_INTERVAL_S, reason
 from tests.fakes.hyperpod import GroupSpec
+from tests.fakes.slurm_lock import FakeLock
 from tests.harness.engine import TABLE_NAME
 
 # A session of the twin's bridge role, every cluster's in its template (tests/harness/synth.py TWIN_SLURM_BRIDGES).
@@ -441,8 +442,8 @@ class _ApiController:
     def __init__(self, harness) -> None:
         self.harness = harness
 
-    def desired(self, cluster: str, since: tuple[float, str] | None = None) -> dict:
-        query = {} if since is None else {"since": repr(since[0]), "digest": since[1]}
+    def desired(self, cluster: str, since: tuple[float, str] | None = None, status=None) -> dict:
+        query = {**(status or {}), **({} if since is None else {"since": repr(since[0]), "digest": since[1]})}
         status, body = self.harness.api("GET", STATE, query=query, principal=INSTANCE_ROLE)
         assert status == 200 and body["next_token"] is None, body
         return body
@@ -456,7 +457,7 @@ class _ApiController:
         return body
 
 
-class _IdleSlurm:
+class _IdleSlurm(FakeLock):
     def __init__(self, names: list[str]) -> None:
         from hpdhc.document import FEATURES
         from hpdhc.scontrol import SlurmNode
@@ -465,8 +466,8 @@ class _IdleSlurm:
         self._nodes = {n: SlurmNode(name=n, features=passed, available=FEATURES, partitions=("dev",)) for n in names}
         self.updates: list[tuple[list[str], list[str]]] = []
 
-    def nodes(self, names=()):
-        return {k: v for k, v in self._nodes.items() if not names or k in names}
+    def nodes(self, names=(), lock=None):
+        return self.locked_view({k: v for k, v in self._nodes.items() if not names or k in names}, lock)
 
     def update(self, nodes, args) -> None:
         self.updates.append((list(nodes), list(args)))

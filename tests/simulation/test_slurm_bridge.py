@@ -44,6 +44,7 @@ def _run(controller_template: Any, bridge: bool) -> tuple[dict, dict[str, Any], 
                 cluster.nodes[key].logical_id in twin.sim.drained,
                 slurm.reasons.get(cluster.nodes[key].instance_id) if slurm else None,
                 slurm.features.get(cluster.nodes[key].instance_id, ()) if slurm else (),
+                cluster.nodes[key].logical_id in twin.sim.locked,
             )
             for key, r in records.items()
             if key in cluster.nodes
@@ -65,11 +66,11 @@ def test_the_bridge_keeps_jobs_off_unvalidated_nodes_and_slurm_ends_with_each_ve
     assert bridged["schedulable_before_check_s"]["max"] == 0
     assert bridged["jobs_on_unvalidated"] == 0 and bridged["skipped_by_job"] == 0
     assert report["false_pass"] == 0 and counts["syncs"] > 0 and counts["failed"] == 0
-    for state, drained, reason, features in finals.values():
+    for state, drained, reason, features, locked in finals.values():
         if state == NodeState.PASSED:
-            assert not drained and "HealthCheck:Passed" in features
-        else:  # replaced then failed again, quarantined...: drained, with a reason the controller owns
-            assert drained and reason is not None and reason.startswith("hpdhc:")
+            assert not drained and not locked and "HealthCheck:Passed" in features
+        else:  # replaced then failed again, quarantined...: locked and drained, with a reason the controller owns
+            assert locked and drained and reason is not None and reason.startswith("hpdhc:")
             assert "HealthCheck:Failed" in features or "HealthCheck:Skipped" in features
     assert any(state == NodeState.PASSED for state, *_ in finals.values())
 
@@ -84,7 +85,7 @@ def test_with_the_controller_unreachable_new_nodes_stay_drained_and_nothing_is_r
     monkeypatch.setattr(slurm.TwinController, "_call", unreachable)
     report, finals, counts = _run(controller_template, bridge=True)
     assert counts["syncs"] > 0 and counts["failed"] == counts["syncs"]
-    # Fail closed: each new node was drained at boot (the gate needs no API), and no pass reaches Slurm.
-    assert all(drained for _, drained, _, _ in finals.values())
-    assert not any(features for *_, features in finals.values())
+    # Fail closed: each new node was locked and drained at boot (the gate needs no API); no pass reaches Slurm.
+    assert all(drained and locked for _, drained, _, _, locked in finals.values())
+    assert not any(features for _, _, _, features, _ in finals.values())
     assert report["false_pass"] == 0 and report["exposure"]["jobs_on_unvalidated"] == 0

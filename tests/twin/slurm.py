@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from hpdhc.document import Memory
 from hpdhc.gate import boot_changes
-from hpdhc.scontrol import SlurmError, SlurmNode
+from hpdhc.scontrol import Lock, SlurmError, SlurmNode, lock_name
 from hpdhc.sync import sync_once
 from tests.fakes.checks import IN_CHECK
 from tests.harness.api_gateway import proxy_event, refusal
@@ -41,6 +41,9 @@ class TwinSlurm:
         self.available: dict[str, tuple[str, ...]] = {}  # instance id -> AvailableFeatures
         self.gated = 0  # nodes `gate node-boot` drained before their slurmd started
         self.updates = 0  # scontrol updates applied
+        self.locked: dict[str, str] = {}  # Slurm name -> the instance the lock holds (a replacement is a new node)
+        self.lock_name: str | None = None  # the reservation, once created
+        self.lock_writes = 0
         self._seen: dict[str, Any] = {}  # Slurm name -> fake node, as the last `nodes()` found them
 
     def _nodes(self) -> dict[str, Any]:
@@ -52,9 +55,9 @@ class TwinSlurm:
             out[sim._hostname(n.private_ip).split(".", 1)[0]] = n
         return out
 
-    def nodes(self, names: Sequence[str] = ()) -> dict[str, SlurmNode]:
+    def nodes(self, names: Sequence[str] = (), lock: str | None = None) -> dict[str, SlurmNode]:
         if names:  # a re-read right before a RESUME, at the same instant as the pass's read
-            return {k: v for k, v in self.nodes().items() if k in names}
+            return {k: v for k, v in self.nodes(lock=lock).items() if k in names}
         sim, now = self.twin.sim, self.twin.clock.now()
         listed = {}
         self._seen = self._nodes()  # the pass's updates follow at the same instant: one scan of the cluster
@@ -65,10 +68,28 @@ class TwinSlurm:
                 del self.drained_instance[n.logical_id]
                 sim.resume(n.logical_id)
                 drained = False
-            listed[name] = self._node(name, n, drained, now)
+            locked = lock is not None and lock == self.lock_name and self.locked.get(name) == n.instance_id
+            listed[name] = self._node(name, n, drained, now, locked)
         return listed
 
-    def _node(self, name: str, n: Any, drained: bool, now: float) -> SlurmNode:
+    def lock(self, name: str) -> Lock | None:
+        if name != self.lock_name:
+            return None
+        return Lock(name, frozenset(self.locked))
+
+    def set_lock(self, name: str, nodes: Sequence[str], current: Lock | None) -> None:
+        """`scontrol create|update|delete reservation`: the lock holds exactly `nodes` (the workload starts no job on
+        them), known Slurm nodes only, as Slurm refuses an unknown name."""
+        known = self._seen or self._nodes()
+        missing = [node for node in nodes if node not in known]
+        if missing:
+            raise SlurmError(f"scontrol update ReservationName={name}: Invalid node name specified: {missing[0]}")
+        self.locked = {node: known[node].instance_id for node in nodes}
+        self.lock_name = name if nodes else None
+        self.twin.sim.lock({known[node].logical_id for node in nodes})
+        self.lock_writes += 1
+
+    def _node(self, name: str, n: Any, drained: bool, now: float, locked: bool = False) -> SlurmNode:
         busy = n.busy_until > now
         return SlurmNode(
             name=name,
@@ -78,7 +99,12 @@ class TwinSlurm:
             available=self.available.get(n.instance_id),
             partitions=(n.group,),
             busy=busy,
-            states=("ALLOCATED" if busy else "IDLE", *(("DRAIN",) if drained else ())),
+            states=(
+                "ALLOCATED" if busy else "IDLE",
+                *(("MAINTENANCE", "RESERVED") if locked else ()),
+                *(("DRAIN",) if drained else ()),
+            ),
+            locked=locked,
         )
 
     def boot(self, n: Any) -> None:
@@ -89,6 +115,10 @@ class TwinSlurm:
         drained = n.logical_id in sim.drained and self.drained_instance.get(n.logical_id) == n.instance_id
         name = sim._hostname(n.private_ip).split(".", 1)[0]
         change = boot_changes(self._node(name, n, drained, self.twin.clock.now()), None)
+        if isinstance(change, list):  # locked, then labelled, as node_boot does
+            self.lock_name = lock_name(self.twin.scenario.cluster.name)
+            self.locked[name] = n.instance_id
+            sim.locked.add(n.logical_id)
         if isinstance(change, list) and change:
             fields = dict(a.split("=", 1) for a in change)
             self.reasons[n.instance_id] = fields["Reason"]
@@ -137,16 +167,20 @@ class TwinController:
             raise RuntimeError(f"HTTP {response['statusCode']}: {response.get('body')}")
         return json.loads(response["body"])
 
-    def desired(self, cluster: str, since: tuple[float, str] | None = None) -> dict[str, Any]:
+    def desired(
+        self, cluster: str, since: tuple[float, str] | None = None, status: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """Every page, as `hpdhc.client.OperatorClient.slurm_state` merges them: `status` on every page, `fence`
+        the last page's and `holder` only if every page said so."""
         document: dict[str, Any] = {}
         token: str | None = None
         cursor = {} if since is None else {"since": repr(since[0]), "digest": since[1]}
         while True:
-            page = self._call(
-                "GET", f"/clusters/{cluster}/slurm", query={"next_token": token} if token else cursor or None
-            )
+            query = {**(status or {}), **({"next_token": token} if token else cursor)}
+            page = self._call("GET", f"/clusters/{cluster}/slurm", query=query or None)
             nodes = document.get("nodes", []) + page["nodes"]
-            document = {**page, "nodes": nodes}
+            held = bool(page.get("holder")) and (not document or bool(document.get("holder")))
+            document = {**page, "nodes": nodes, "holder": held}
             token = page.get("next_token")
             if not token:
                 return document

@@ -53,6 +53,7 @@ class Workload:
         self._steady_job: dict[str, Job] = {}  # logical id -> its latest utilisation job
         self._job_timer: set[str] = set()  # logical ids with a job arrival pending (at most one timer each)
         self.drained: set[str] = set()  # logical ids drained in (simulated) Slurm: no new jobs
+        self.locked: set[str] = set()  # logical ids in the controller's lock (its reservation): no new jobs
         # Logical id -> [start, end] spans while Running and not drained (end: inf while it lasts).
         self.schedulable: dict[str, list[list[float]]] = {}
 
@@ -61,7 +62,7 @@ class Workload:
         w = self.scenario.workload
         if not w.busy_rate or n.status != "Running" or c.name != self.scenario.cluster.name:
             return
-        if n.logical_id in self.drained:  # gated at boot: Slurm starts no job on it
+        if n.logical_id in self.drained or n.logical_id in self.locked:  # gated at boot: Slurm starts no job on it
             return
         if self._workload.random() < w.busy_rate:
             until = self._t + self._workload.uniform(*w.job_s)
@@ -82,6 +83,14 @@ class Workload:
         self.drained.discard(logical_id)
         self._observe_id(logical_id)
 
+    def lock(self, logical_ids: set[str]) -> None:
+        """The controller's lock holds exactly these nodes: none of them takes a new job; a running one goes on."""
+        self._catch_up()
+        changed = self.locked ^ logical_ids
+        self.locked = set(logical_ids)
+        for logical_id in changed:
+            self._observe_id(logical_id)
+
     def _observe_id(self, logical_id: str) -> None:
         c = self._clusters.get(self.scenario.cluster.name)
         n = c.nodes.get(logical_id) if c is not None else None
@@ -93,6 +102,7 @@ class Workload:
         return (
             n.status == "Running"
             and n.logical_id not in self.drained
+            and n.logical_id not in self.locked
             and c is not None
             and c.status == "InService"
             and c.nodes.get(n.logical_id) is n

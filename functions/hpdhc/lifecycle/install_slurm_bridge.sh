@@ -1,8 +1,19 @@
 #!/usr/bin/env bash
-# hyperpod-dhc: install the Slurm bridge (`hpdhc bridge`) on a SageMaker HyperPod cluster's Slurm controller node,
-# as a systemd service. A lifecycle-script snippet: call it from on_create.sh on every node (after Slurm is set up,
-# e.g. after the awsome-distributed-training base-config's lifecycle_script.py); it acts on the controller node only
-# and exits 0 on a node it can tell is a login or compute node (exit 1 when it cannot tell: pass --node-type).
+# hyperpod-dhc: the HyperPod lifecycle-script snippet for Slurm: the bridge (`hpdhc bridge`) as a systemd service on
+# the Slurm controller node, and the boot gate (`hpdhc gate node-boot`) on compute nodes. One call site: on_create.sh,
+# on every node, BEFORE the awsome-distributed-training base-config's lifecycle_script.py (which starts slurmctld
+# and slurmd), i.e. this line just above its `python3 -u lifecycle_script.py \`, the snippet and the wheel shipped
+# beside on_create.sh in the lifecycle scripts' S3 prefix:
+#
+#     bash install_slurm_bridge.sh --cluster <name> --endpoint <ApiEndpoint output> --wheel hyperpod_dhc-0.1.0-py3-none-any.whl --gate
+#
+# On the controller node it installs the wheel and the unit and starts it; slurmctld is not up yet, which the unit
+# copes with: the bridge retries each pass until slurmctld answers, and Restart=always (RestartSec=10) restarts it
+# should it exit. On a compute node, with --gate, it installs the wheel and runs the gate before slurmd starts, so
+# the node registers locked. On a login node (or a compute node without --gate) it does nothing. It exits 0 on all
+# of those, and 1 when it cannot tell the node's type (pass --node-type) or cannot install: on_create.sh (set -e)
+# fails rather than leave a controller without its bridge. The gate itself never fails the launch: it exits 0,
+# leaving a marker when it could not lock the node.
 #
 #   install_slurm_bridge.sh --cluster NAME --endpoint URL --wheel PATH|s3://BUCKET/KEY.whl (or --wheelhouse DIR)
 #       [--node-type auto|controller|login|compute]  auto (default): this node's instance group, found by its IP
@@ -18,9 +29,16 @@
 #       [--provisioning-parameters PATH]  default /opt/ml/config/provisioning_parameters.json
 #       [--prefix DIR]             where the venv goes (default /opt/hpdhc)
 #       [--destdir DIR]            write the unit under DIR instead of / (packaging, tests)
-#       [--gate]                   on a compute node: install the wheel and run `hpdhc gate node-boot` for this node,
-#                                  which drains it until its deep health check passes; call it BEFORE slurmd starts
-#                                  (before the base-config's lifecycle_script.py), so no job lands on it first
+#       [--gate]                   on a compute node: install the wheel and run `hpdhc gate node-boot --cluster NAME`
+#                                  for this node, which locks it in the controller's reservation hpdhc-NAME and drains
+#                                  it until its deep health check passes; the one call site above runs it before slurmd
+#                                  starts, so no job lands on the node first. It exits 0 whatever Slurm says
+#       [--marker-dir DIR]         where the gate marks a node it could not lock (default /var/lib/hpdhc-gate, local)
+#                                  and where the bridge looks for such marks: given, it goes to both the gate (compute)
+#                                  and the unit's ExecStart (controller, with ReadWritePaths=-DIR to clear them). Point
+#                                  both at shared storage, e.g. /fsx/hpdhc-gate, mounted when this line runs (the
+#                                  base-config mounts /fsx in lifecycle_script.py, after it: a mark made before would
+#                                  land under the mount point, hidden from the bridge)
 #       [--dry-run]                print the commands instead of running them (and the unit, without --destdir)
 #
 # Downloads: without --wheelhouse, pip fetches the wheel's dependencies (boto3 and what it needs) from PyPI, or from
@@ -39,7 +57,7 @@ UNIT_NAME=hpdhc-slurm-bridge.service
 STATE_DIR=/var/lib/hpdhc-bridge  # the unit's StateDirectory=
 PYTHON_FLOOR=3.10                # requires-python of the wheel: Ubuntu 22.04's python3
 CLUSTER="" ENDPOINT="" WHEEL="" REGION="" NODE_TYPE=auto PYTHON=python3 SCONTROL="" PREFIX=/opt/hpdhc DESTDIR=""
-WHEELHOUSE="" DRY_RUN=0 GATE=0
+WHEELHOUSE="" DRY_RUN=0 GATE=0 MARKER_DIR=""
 PROVISIONING=/opt/ml/config/provisioning_parameters.json
 RESOURCE_CONFIG=${SAGEMAKER_RESOURCE_CONFIG_PATH:-/opt/ml/config/resource_config.json}
 
@@ -65,6 +83,7 @@ while (($#)); do
     --provisioning-parameters) PROVISIONING=$2 ;;
     --prefix) PREFIX=$2 ;;
     --destdir) DESTDIR=$2 ;;
+    --marker-dir) MARKER_DIR=$2 ;;
     *) die "unknown argument: $1" ;;
   esac
   shift 2
@@ -132,7 +151,7 @@ if [[ -z $REGION && $ENDPOINT =~ \.execute-api\.([a-z0-9-]+)\.amazonaws\.com ]];
 [[ -n $REGION ]] || die "--region needed: the endpoint names none"
 [[ $REGION =~ ^[a-z0-9-]+$ ]] || die "--region $REGION is no AWS region"
 [[ -n $SCONTROL ]] || SCONTROL=$(command -v scontrol || echo /opt/slurm/bin/scontrol)
-for path in "$PREFIX" "$SCONTROL" "$PROVISIONING"; do  # they go into ExecStart as they are
+for path in "$PREFIX" "$SCONTROL" "$PROVISIONING" ${MARKER_DIR:+"$MARKER_DIR"}; do  # they go into ExecStart as they are
   [[ $path =~ ^/[A-Za-z0-9._/+-]*$ ]] || die "$path: an absolute path without spaces, % or \$ (it goes into the unit)"
 done
 
@@ -198,13 +217,14 @@ fi
 run "${pip[@]}" "$WHEEL"
 
 if [[ $NODE_TYPE == compute ]]; then
-  # The gate: drained with our reason before slurmd registers, resumed by the bridge once the node passes. It asks
-  # no API (the worker's role need not reach it): without an answer, the drain is the safe side. A failure (slurmctld
-  # does not know this node within 2 min) fails the lifecycle script rather than let slurmd start undrained.
+  # The gate: locked in the controller's reservation and drained with our reason before slurmd registers, released
+  # by the bridge once the node passes. It asks no API (the worker's role need not reach it): without an answer, the
+  # lock is the safe side. It never fails the launch: it exits 0, and when slurmctld does not know this node within
+  # its wait (or does not answer) it leaves a marker in its --marker-dir for the bridge, and says why in its log.
   node=$(hostname -s)
-  echo "install_slurm_bridge: drains $node until its deep health check passes (hpdhc gate node-boot)"
-  run "$PREFIX/venv/bin/hpdhc" gate node-boot --node "$node" --scontrol "$SCONTROL" \
-    --provisioning-parameters "$PROVISIONING"
+  echo "install_slurm_bridge: locks $node until its deep health check passes (hpdhc gate node-boot)"
+  run "$PREFIX/venv/bin/hpdhc" gate node-boot --cluster "$CLUSTER" --node "$node" --scontrol "$SCONTROL" \
+    --provisioning-parameters "$PROVISIONING" ${MARKER_DIR:+--marker-dir "$MARKER_DIR"}
   exit 0
 fi
 
@@ -224,7 +244,7 @@ Wants=network-online.target
 After=network-online.target munge.service slurmctld.service
 
 [Service]
-ExecStart=$PREFIX/venv/bin/hpdhc bridge --cluster $CLUSTER --endpoint $ENDPOINT --region $REGION --scontrol $SCONTROL --provisioning-parameters $PROVISIONING --state-dir $STATE_DIR
+ExecStart=$PREFIX/venv/bin/hpdhc bridge --cluster $CLUSTER --endpoint $ENDPOINT --region $REGION --scontrol $SCONTROL --provisioning-parameters $PROVISIONING --state-dir $STATE_DIR${MARKER_DIR:+ --marker-dir $MARKER_DIR}
 Restart=always
 RestartSec=10
 # A configuration error (6) or another bridge holding the lock (7) does not go away by restarting: the unit fails.
@@ -237,7 +257,8 @@ StateDirectory=${STATE_DIR#/var/lib/}
 StateDirectoryMode=0700
 RuntimeDirectory=hpdhc-bridge
 RuntimeDirectoryMode=0700
-UMask=0077
+UMask=0077${MARKER_DIR:+
+ReadWritePaths=-$MARKER_DIR}
 ProtectSystem=strict
 ProtectHome=yes
 PrivateTmp=yes
