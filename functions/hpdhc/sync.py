@@ -28,7 +28,17 @@ from typing import Protocol
 from hpdhc.client import ApiError, Json, OperatorClient
 from hpdhc.document import FEATURE_KEY, FEATURES, Desired, Document, Memory, isolating, read_document, still_holds
 from hpdhc.lock import AWAITING, LockPlan, plan_lock
-from hpdhc.scontrol import UPDATE_BATCH, Lock, Slurm, SlurmError, SlurmNode, SlurmUnreachable, hostlist, lock_name
+from hpdhc.scontrol import (
+    LOCK_RENEW_S,
+    UPDATE_BATCH,
+    Lock,
+    Slurm,
+    SlurmError,
+    SlurmNode,
+    SlurmUnreachable,
+    hostlist,
+    lock_name,
+)
 
 HELD_MAX = 200  # characters of a foreign claim reported back to the controller
 
@@ -271,9 +281,11 @@ def _no_credentials(err: Exception) -> bool:
 def _write_lock(
     slurm: Slurm, lock: str, plan: LockPlan, current: Lock | None, result: SyncResult, dry_run: bool
 ) -> bool | None:
-    """The pass's one write of the lock's node list, when it changes. True: the lock is as planned; False: refused
-    (the labels are still applied, but nothing is resumed); None: slurmctld unreachable (the pass stops)."""
-    if not plan.changed:
+    """The pass's one write of the lock's node list, when it changes or Slurm would end it within LOCK_RENEW_S (the
+    write renews it). True: the lock is as planned; False: refused (the labels are still applied, but nothing is
+    resumed); None: slurmctld unreachable (the pass stops)."""
+    ending = current is not None and current.ends_at is not None and current.ends_at - time.time() < LOCK_RENEW_S
+    if not plan.changed and not (ending and plan.nodes):
         return True
     nodes = sorted(plan.nodes)
     command = (
