@@ -138,6 +138,7 @@ def test_a_full_out_of_service_cap_does_not_chain_rounds_while_a_recovery_is_in_
         hardware={"transient_fault_rate": 0.3},
         check_duration_s={"InstanceStress": [1800, 2400]},
         policy={"defaults": {"revalidate_every_days": 1, "max_out_of_service_pct": 5}},
+        workload={"slurm_bridge": True},  # revalidation runs only with a live Slurm bridge
     )
     with twin_of(controller_template, raw) as twin:
         report = build_report(twin, twin.run())

@@ -39,6 +39,10 @@ arrived after its verdict; per node `reversals`) and `readings`, what the contro
 naming, line shapes, lag, statuses after a failed check, busy errors; `domain.readings.ClusterReadings`) with
 `as_fidelity`, the same as a scenario's `fidelity` block.
 
+Version 7 added `revalidation` (`revalidation_report`: periodic re-checks of passed nodes and what they cost the
+jobs); `ready_to_verdict` and each node's `verdict_at_s` are its verdict before its first revalidation
+(`first_verdict_at`), and a node out for revalidation at the end counts with the verdict it had.
+
 Version 5 added `exposure`, what the scenario's `workload` ran on hardware nobody had validated yet (a node is
 schedulable while it is `Running` in the fake and not drained in the twin's simulated Slurm):
 - `schedulable_before_check_s` {p50, p95, max}: per node that became ready, the seconds it was schedulable before
@@ -53,6 +57,7 @@ schedulable while it is `Running` in the fake and not drained in the twin's simu
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from collections import Counter
@@ -60,12 +65,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from deephealth.adapters.node_table import NodeTable
-from deephealth.domain.nodes import Action, NodeRecord, NodeState
+from deephealth.domain.nodes import (
+    FINAL_STATES,
+    JOB_WON,
+    REVALIDATION,
+    Action,
+    NodeRecord,
+    NodeState,
+    revalidated,
+    revalidating,
+)
 from deephealth.domain.policy import Budget, parse_config
 from tests.harness.engine import TABLE_NAME
 from tests.twin.simulation import CONTROLLER_GROUP, SimulatedHyperPod, Twin
 
-REPORT_VERSION = 6
+REPORT_VERSION = 7
 INCONCLUSIVE_ALERT = "node-inconclusive"  # the notification an operator gets for a node left inconclusive
 VERDICT_CATEGORIES = (
     "passed", "passed_after_reboot", "replaced", "quarantined", "failed", "inconclusive", "gone", "held",
@@ -77,6 +91,9 @@ def outcome(record: NodeRecord | None, actions: list[str]) -> str:
     """The node's verdict category for the report."""
     if record is not None and record.state == NodeState.RECOVERY_DUE and record.held_by:
         return "held"  # failed; its recovery waits (a breaker or capacity hold until a reset, or a budget window)
+    if record is not None and revalidating(record):
+        # Out for a periodic re-check at the end: its verdict stands until the re-check says otherwise.
+        record = record.model_copy(update={"state": NodeState.PASSED})
     if record is None or record.state not in (
         NodeState.SHADOWED,
         NodeState.PASSED,
@@ -129,7 +146,7 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
             category = "gone"
         verdicts[category] += 1
         ready = sim.ready_at.get(n.logical_id)
-        verdict_at = record.verdict_at if record and category != "no_verdict" else None
+        verdict_at = first_verdict_at(record) if record and category != "no_verdict" else None
         if ready is not None and verdict_at is not None:
             latencies.append(verdict_at - ready)
         exposure_s = None if ready is None else schedulable_before_check(twin, n.logical_id, verdict_at)
@@ -230,12 +247,66 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
         "safety": safety_report(twin, records, t0),
         "iam": twin.iam.report(),
         "exposure": exposure_report(twin, exposures),
+        "revalidation": revalidation_report(twin, records),
         "readings": readings_report(twin),
         "latency_s": {"ready_to_verdict": percentiles(latencies), "check": percentiles(sim.check_durations)},
         "virtual_s": round(twin.clock.now() - t0, 1),
         "wall_s": round(wall_s, 2),
         "node_details": details,
     }
+
+
+def first_verdict_at(record: NodeRecord) -> float | None:
+    """The node's verdict before its first revalidation (what ready -> verdict measures), else its last one. The
+    verdicts trail (`outcomes`) tells it: a revalidation's verdict is the first to come a day or more after the one
+    before it (revalidate_every_days >= 1; nothing else re-checks a passed node that late in the twin)."""
+    if not any(e.trigger == REVALIDATION for e in record.history):
+        return record.verdict_at
+    times = [o.at for o in record.outcomes]
+    return next((a for a, b in itertools.pairwise(times) if b - a >= 86400), record.verdict_at)
+
+
+def revalidation_report(twin: Twin, records: dict[str, NodeRecord]) -> dict[str, Any]:
+    """Periodic re-checks (policy `revalidate_every_days`), from the records' histories (a lower bound past
+    HISTORY_LIMIT entries) and what they cost the workload's jobs (tests/twin/workload.py):
+    - `queued`: revalidations queued; `revalidated`: verdicts they reached (`failed`: of them, not passed);
+      `job_won`: nodes a job reached before their check began, put back in service; `in_progress` at the end;
+    - `jobs_moved`: jobs that arrived at a node held for its check and ran on another idle node of its group;
+    - `jobs_waited`: jobs that waited for such a node (no other idle node), `jobs_delayed` those that waited
+      longer than one bridge sync interval, and `max_wait_s` the longest wait;
+    - `jobs_preempted`: jobs ended early while their node was out for revalidation (must be 0)."""
+    queued = revalidated = failed = job_won = 0
+    for r in records.values():
+        for i, e in enumerate(r.history):
+            if e.state == NodeState.PENDING and e.trigger == REVALIDATION:
+                queued += 1
+            elif e.state not in (NodeState.PENDING, NodeState.CHECKING) and revalidated_at(r.history[: i + 1]):
+                if e.reason == JOB_WON:
+                    job_won += 1
+                elif not e.reason.startswith("revalidation deferred"):
+                    revalidated += 1
+                    failed += e.state != NodeState.PASSED
+    sim = twin.sim
+    interval = twin.scenario.workload.sync_interval_s
+    now = twin.clock.now()
+    waits = [d if not math.isinf(d) else now - at for at, d in sim.revalidation_waits]  # one still waiting: so far
+    return {
+        "queued": queued,
+        "revalidated": revalidated,
+        "failed": failed,
+        "job_won": job_won,
+        "in_progress": sum(1 for r in records.values() if revalidating(r)),
+        "jobs_moved": sim.revalidation_moved,
+        "jobs_waited": len(waits),
+        "jobs_delayed": sum(1 for d in waits if d > interval),
+        "max_wait_s": round(max(waits, default=0.0), 1),
+        "jobs_preempted": sim.revalidation_preempted,
+    }
+
+
+def revalidated_at(history: list[Any]) -> bool:
+    """The last entry of `history` ends a revalidation spell."""
+    return revalidated(NodeRecord(cluster="", key="", group="", state=history[-1].state, history=history))
 
 
 def readings_report(twin: Twin) -> dict[str, Any]:
@@ -409,7 +480,6 @@ class GroupProgress:
 
     @property
     def verdicted(self) -> int:
-        from deephealth.domain.nodes import FINAL_STATES
 
         return sum(n for state, n in self.states.items() if state in FINAL_STATES)
 

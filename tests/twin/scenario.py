@@ -213,6 +213,8 @@ class Scenario(_Strict):
     workload: Workload = Workload()
     incidents: tuple[Incident, ...] = ()
     policy: dict[str, Any] = {}
+    # Run to `horizon_s` even once every node has its verdict (what happens to passed nodes over time: revalidation).
+    run_to_horizon: bool = False
 
     @field_validator("check_duration_s")
     @classmethod

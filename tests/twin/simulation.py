@@ -331,7 +331,27 @@ class Twin(Harness):
         self.incidents = [incidents.arm(self, spec) for spec in s.incidents]
         self.bridge = Bridge(self) if s.workload.slurm_bridge else None
         self.sim.bridge = self.bridge  # its gate drains each new node before its slurmd registers
+        if self.bridge is not None and self._revalidates():  # what it costs the jobs (the report's `revalidation`)
+            self.sim.revalidating = self._revalidating
         return self
+
+    def _revalidates(self) -> bool:
+        """A group's policy re-checks passed nodes within the horizon: only then does the workload ask the table
+        (its reads would count in a benchmark's DynamoDB units)."""
+        from deephealth.domain.policy import parse_config
+
+        config, cluster = parse_config(self.config), self.scenario.cluster.name
+        days = [config.policy_for(cluster, g.name).revalidate_every_days for g in self.scenario.groups]
+        return any(d and d * 86400 < self.scenario.horizon_s for d in days)
+
+    def _revalidating(self, logical_id: str) -> bool:
+        """The controller has the node out for a periodic re-check (its record, as stored now)."""
+        from deephealth.adapters.node_table import NodeTable
+        from deephealth.domain.nodes import revalidating
+        from tests.harness.engine import TABLE_NAME
+
+        record = NodeTable(TABLE_NAME).load_nodes(self.scenario.cluster.name, {logical_id}).get(logical_id)
+        return record is not None and revalidating(record)
 
     def _arrive(self, group: str) -> None:
         self.sim.arrive(group)
@@ -398,7 +418,7 @@ class Twin(Harness):
         from deephealth.domain.nodes import FINAL_STATES
         from deephealth.domain.safety import is_held
 
-        if self.scheduled > (self.bridge is not None):  # the bridge's next sync is always pending
+        if self.scheduled > (self.bridge is not None) or self.scenario.run_to_horizon:  # a bridge sync is pending
             return False
         records = [r for r in self.records(self.scenario.cluster.name).values() if r.group != CONTROLLER_GROUP]
         # Every node that arrived, unless the cluster was deleted: nodes still provisioning then never

@@ -56,6 +56,14 @@ class Workload:
         self.locked: set[str] = set()  # logical ids in the controller's lock (its reservation): no new jobs
         # Logical id -> [start, end] spans while Running and not drained (end: inf while it lasts).
         self.schedulable: dict[str, list[list[float]]] = {}
+        # Revalidation (the report's `revalidation`): the twin sets `revalidating` (logical id -> whether the
+        # controller has the node out for a periodic re-check). A job that arrives at a node it keeps from jobs runs
+        # on another idle node of the group (`moved`), else it waits for the node (`waits`: arrival, then delay).
+        self.revalidating: Any = None
+        self.revalidation_moved = 0
+        self.revalidation_waits: list[list[float]] = []  # [arrival, delay s] (delay inf while it waits)
+        self.revalidation_preempted = 0  # jobs ended early while their node was out for revalidation
+        self._waiting_job: dict[str, list[float]] = {}  # logical id -> its waiting arrival's entry
 
     def _maybe_busy(self, c: Cluster, n: Node) -> None:
         """The workload: a node that just became ready (Running) starts a job with probability busy_rate."""
@@ -127,6 +135,9 @@ class Workload:
             if job is not None and job.end > self._t:
                 job.end = self._t
                 n.busy_until = min(n.busy_until, self._t)
+                self.revalidation_preempted += bool(self.revalidating and self.revalidating(lid))
+        if now and lid in self._waiting_job:  # the job that waited for the node's revalidation starts now
+            self._start_waiting_job(n)
         if now and self.scenario.workload.utilisation and lid not in self._job_timer:
             self._next_job(n, self._t)
 
@@ -142,9 +153,12 @@ class Workload:
     def _job_arrives(self, c: Cluster, n: Node) -> None:
         lid = n.logical_id
         self._job_timer.discard(lid)
+        claimed = c.check is not None and lid in c.check.pending
+        if (not self._schedulable(n) or claimed) and self._held_for_revalidation(c, n):
+            return
         if not self._schedulable(n):
             return  # `_observe` sets the next arrival when the node is schedulable again
-        if n.busy_until > self._t or (c.check is not None and lid in c.check.pending):
+        if n.busy_until > self._t or claimed:
             self._next_job(n, max(self._t, n.busy_until))  # busy, or claimed by the check: try again later
             return
         job = Job(self._t, lid, n.instance_id, self._t + self._jobs.uniform(*self.scenario.workload.job_s), "steady")
@@ -152,3 +166,48 @@ class Workload:
         self._steady_job[lid] = job
         n.busy_until = job.end
         self._next_job(n, job.end)
+
+    # -- revalidation: what a periodic re-check costs the jobs -------------------------------------------------
+    def _held_for_revalidation(self, c: Cluster, n: Node) -> bool:
+        """A job arrived at a node the controller keeps from jobs for its revalidation: like Slurm, start it on
+        another idle node of the group if there is one, else let it wait for this one (started by `_observe` when
+        the node is schedulable again). False: the node is held for anything else (the caller decides)."""
+        if self.revalidating is None or n.busy_until > self._t or not self.revalidating(n.logical_id):
+            return False
+        spare = next(
+            (
+                m
+                for m in sorted(c.nodes.values(), key=lambda m: m.logical_id)
+                if m.group == n.group
+                and m is not n
+                and m.busy_until <= self._t
+                and self._schedulable(m)
+                and not (c.check is not None and m.logical_id in c.check.pending)
+                and m.logical_id not in self._waiting_job
+            ),
+            None,
+        )
+        if spare is not None:
+            self.revalidation_moved += 1
+            self._start_job(spare)
+        elif n.logical_id not in self._waiting_job:
+            entry = [self._t, math.inf]
+            self.revalidation_waits.append(entry)
+            self._waiting_job[n.logical_id] = entry
+        return True
+
+    def _start_waiting_job(self, n: Node) -> None:
+        entry = self._waiting_job.pop(n.logical_id)
+        entry[1] = self._t - entry[0]
+        if n.busy_until <= self._t:
+            self._start_job(n)
+
+    def _start_job(self, n: Node) -> None:
+        """A utilisation job starts on `n` now (its own next arrival follows the job, as after any job)."""
+        end = self._t + self._jobs.uniform(*self.scenario.workload.job_s)
+        job = Job(self._t, n.logical_id, n.instance_id, end, "steady")
+        self.jobs.append(job)
+        self._steady_job[n.logical_id] = job
+        n.busy_until = job.end
+        if n.logical_id not in self._job_timer:
+            self._next_job(n, job.end)

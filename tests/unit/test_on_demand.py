@@ -117,7 +117,10 @@ def test_periodic_revalidation_picks_stale_passed_nodes_only_when_configured():
     from deephealth.domain.on_demand import due_for_revalidation
 
     day = 86400.0
-    groups = {"gpu": GroupContext(GroupPolicy(revalidate_every_days=7)), "off": GroupContext(GroupPolicy())}
+    groups = {
+        "gpu": GroupContext(GroupPolicy(revalidate_every_days=7, revalidate_max_fraction=1)),
+        "off": GroupContext(GroupPolicy(revalidate_every_days=0)),
+    }
     records = {
         r.key: r
         for r in [
@@ -127,5 +130,7 @@ def test_periodic_revalidation_picks_stale_passed_nodes_only_when_configured():
             rec("n4", NodeState.PASSED, group="off", verdict_at=0.0),
         ]
     }
-    assert due_for_revalidation(records, groups, now=8 * day) == ["n1"]
-    assert due_for_revalidation(records, {"gpu": GroupContext(GroupPolicy())}, now=100 * day) == []
+    assert due_for_revalidation(records, groups, now=8 * day, bridge_seen_at=8 * day) == ["n1"]
+    off = {"gpu": GroupContext(GroupPolicy(revalidate_every_days=0))}
+    assert due_for_revalidation(records, off, now=100 * day, bridge_seen_at=100 * day) == []
+    assert due_for_revalidation(records, groups, now=8 * day) == []  # no Slurm bridge: never

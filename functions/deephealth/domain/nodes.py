@@ -274,6 +274,43 @@ def transition(
     return updated, decision
 
 
+# The trigger of the transition that queues a passed node for its periodic re-check (policy revalidate_every_days),
+# and the reason of the one that puts it back in service when a job reached it before its check began.
+REVALIDATION = "revalidation"
+JOB_WON = "revalidation deferred: a job arrived"
+_SPELL = (NodeState.PENDING, NodeState.CHECKING)
+
+
+def revalidating(record: NodeRecord) -> bool:
+    """Out for a periodic re-check: waiting for a round or in its check since the reconciler queued it for
+    revalidation (the history of its current spell of pending/checking says so)."""
+    return record.state in _SPELL and _revalidation_spell(record.history)
+
+
+def revalidated(record: NodeRecord) -> bool:
+    """The record's last transition ended a revalidation spell (a verdict, or the release when a job won)."""
+    return record.state not in _SPELL and bool(record.history) and _revalidation_spell(record.history[:-1])
+
+
+def revalidation_queued_at(record: NodeRecord) -> float | None:
+    """When the reconciler queued the node for its current revalidation (None: it is not out for one)."""
+    for entry in reversed(record.history):
+        if entry.state not in _SPELL:
+            return None
+        if entry.state == NodeState.PENDING and entry.trigger == REVALIDATION:
+            return entry.at
+    return None
+
+
+def _revalidation_spell(history: list[HistoryEntry]) -> bool:
+    for entry in reversed(history):
+        if entry.state not in _SPELL:
+            return False
+        if entry.state == NodeState.PENDING and entry.trigger == REVALIDATION:
+            return True
+    return False
+
+
 def short_hostname(hostname: str | None) -> str | None:
     """`ip-10-1-2-3.ec2.internal` -> `ip-10-1-2-3`: the node's Slurm name, and the form a result stream would use."""
     return hostname.split(".", 1)[0] if hostname else None

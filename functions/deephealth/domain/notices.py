@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from deephealth.domain.nodes import Decision, NodeRecord, NodeState, Verdict, short_hostname
+from deephealth.domain.nodes import JOB_WON, Decision, NodeRecord, NodeState, Verdict, revalidated, short_hostname
 from deephealth.domain.slurm import failed_test
 
 
@@ -68,6 +68,10 @@ def notices(record: NodeRecord, decision: Decision) -> list[Notice]:
                 subject = f"hyperpod-dhc: {record.key} failed (its pass is reversed)"  # SNS keeps 100 characters
                 reversal = (Metric("VerdictsReversed"),)
             found.append(Notice(cluster, group, reversal, "node-failed", subject, detail))
+    if decision.verdict is not None and revalidated(record):
+        found.append(Notice(cluster, group, (Metric("NodesRevalidated"),)))
+    elif decision.reason == JOB_WON:
+        found.append(Notice(cluster, group, (Metric("RevalidationDeferredByJob"),)))
     entered = decision.to_state if decision.from_state != decision.to_state else None
     if entered == NodeState.QUARANTINED:
         subject = f"hyperpod-dhc: {record.key} quarantined"

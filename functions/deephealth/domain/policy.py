@@ -158,8 +158,10 @@ class GroupPolicy(_Strict):
     # For clusters that log no pass line: a node seen in its check, Running again with HyperPod's operation over,
     # and no line about it through `revisit_s` passes. Off: such a node is never passed (docs/FIDELITY.md).
     pass_on_silence: bool = False
-    # Re-check passed nodes whose last verdict is older than this (idle nodes go stale); off by default.
-    revalidate_every_days: Annotated[int, Field(ge=1, le=365)] | None = None
+    # Re-check passed nodes whose last verdict is older than this, only while the Slurm bridge reports them idle
+    # (no bridge: never), at most `revalidate_max_fraction` of the group out for it at once; 0 (or null): off.
+    revalidate_every_days: Annotated[int, Field(ge=0, le=365)] = 28
+    revalidate_max_fraction: Annotated[float, Field(gt=0, le=1)] = 0.1
     # Concurrency: nodes of this group in one round, and the share of the group the controller may hold out
     # of service at once (re-checks of nodes that had passed, plus reboots/replacements in flight).
     max_nodes_per_round: Annotated[int, Field(ge=1, le=99 * 500)] | None = None
@@ -193,6 +195,11 @@ class GroupPolicy(_Strict):
     @classmethod
     def _patterns_compile(cls, raw: dict[str, Any]) -> dict[str, Any]:
         return _patterns(raw)
+
+    @field_validator("revalidate_every_days", mode="before")
+    @classmethod
+    def _null_is_off(cls, days: object) -> object:
+        return 0 if days is None else days  # configurations written before the default: null was off
 
     @field_validator("checks")
     @classmethod

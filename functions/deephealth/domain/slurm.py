@@ -19,7 +19,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator
 
-from deephealth.domain.nodes import NodeRecord, NodeState, Verdict, short_hostname
+from deephealth.domain.nodes import NodeRecord, NodeState, Verdict, revalidating, revalidation_queued_at, short_hostname
 
 OWNED_PREFIX = "hpdhc:"
 # Reasons as `sinfo -R` shows them (its first 20 characters tell them apart), then the instance and where to look.
@@ -69,8 +69,13 @@ def desired_state(record: NodeRecord, isolate_until_checked: bool) -> Desired | 
         if not isolate_until_checked or record.adopted or _passed_before(record):
             return Desired(None, Feature.SKIPPED)
         return Desired(reason(INCONCLUSIVE, record, "deep health check proved nothing"), Feature.SKIPPED)
+    # Revalidation (a passed node's periodic re-check, queued only while the bridge reports it idle): it keeps
+    # taking jobs while it waits for a round, so a job that reaches it first wins (the round puts it back in
+    # service); once a round claims it, it is in the lock for its check's duration, whatever the group isolates.
+    if state == NodeState.CHECKING and _validated(record) and revalidating(record):
+        return Desired(reason(CHECK, record, "revalidation running"), Feature.IN_PROGRESS)
     # Pending or in a check: a node whose current instance passed its last check keeps taking jobs while it is
-    # re-checked (revalidation); one never validated is isolated if its group says so.
+    # re-checked (an operator's on-demand check); one never validated is isolated if its group says so.
     if _validated(record) or not isolate_until_checked:
         return Desired(None, Feature.PASSED if _validated(record) else Feature.IN_PROGRESS)
     if state == NodeState.CHECKING:
@@ -189,6 +194,16 @@ def waits_for_job(record: NodeRecord, now: float, defer_max_s: float | None = No
     at = record.slurm_busy_at
     fresh = bool(record.slurm_busy) and at is not None and now - at <= BUSY_FRESH_S
     return fresh and not deferred_too_long(record, now, defer_max_s)
+
+
+def revalidation_idle(record: NodeRecord, now: float) -> bool | None:
+    """A node queued for revalidation, as the bridge reported it since: True idle (a round may claim it), False a
+    job runs on it (the job wins), None no report yet, or none within BUSY_FRESH_S (the round waits for one)."""
+    queued_at = revalidation_queued_at(record)
+    at = record.slurm_busy_at
+    if queued_at is None or record.slurm_busy is None or at is None or at < queued_at or now - at > BUSY_FRESH_S:
+        return None
+    return not record.slurm_busy
 
 
 def deferred_too_long(record: NodeRecord, now: float, defer_max_s: float | None) -> bool:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from deephealth.domain.nodes import Decision, NodeRecord, NodeState, transition
+from deephealth.domain.nodes import Decision, NodeRecord, NodeState, revalidating, transition
 from deephealth.domain.policy import GroupContext
 from deephealth.domain.slurm import waits_for_job
 
@@ -19,7 +19,8 @@ def overdue_waits(
     out = []
     for r in records:
         group = groups.get(r.group)
-        if r.state != NodeState.PENDING or r.ready_at is None or group is None or not group.watched:
+        # A node out for revalidation stays in service while it waits: nothing is waiting on its check.
+        if r.state != NodeState.PENDING or r.ready_at is None or group is None or not group.watched or revalidating(r):
             continue
         waited = now - r.ready_at
         said = r.wait_alerted_at is not None and r.wait_alerted_at >= r.ready_at

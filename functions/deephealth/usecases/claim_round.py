@@ -4,7 +4,7 @@ claim the nodes this round checks (dry-run groups record the check they would ge
 from __future__ import annotations
 
 from deephealth.domain.errors import ClusterNotFound
-from deephealth.domain.nodes import NodeRecord, NodeState, transition
+from deephealth.domain.nodes import JOB_WON, NodeRecord, NodeState, revalidating, revalidation_queued_at, transition
 from deephealth.domain.rounds import (
     LEASE_TTL_S,
     RoundState,
@@ -17,7 +17,7 @@ from deephealth.domain.rounds import (
     wake_for,
 )
 from deephealth.domain.safety import admit_to_round
-from deephealth.domain.slurm import deferred_too_long, job_wait, waits_for_job
+from deephealth.domain.slurm import BUSY_FRESH_S, deferred_too_long, job_wait, revalidation_idle, waits_for_job
 from deephealth.observability import MetricUnit, logger, metrics
 from deephealth.usecases.context import ClusterView, Context
 from deephealth.usecases.decisions import notify, save_and_announce
@@ -38,10 +38,14 @@ def claim_round(ctx: Context, state: RoundState) -> RoundState:
         close_cluster(ctx, state.cluster, "cluster not found", round_id)
         return state.model_copy(update={"claimed": 0, "recovery_due": 0})
     candidates = claimable(view.records.values(), view.groups)
+    # Revalidation never touches a job: a node queued for it is claimed only on the bridge's idle report since it
+    # was queued; one a job reached first goes back in service (tried again later), one without a report waits.
+    released, unreported = release_revalidations(ctx, [r for r in candidates if revalidating(r)], round_id, now)
+    candidates = [r for r in candidates if r.key not in released and r.key not in unreported]
     # Busy with a Slurm job (the bridge says so): HyperPod would queue the check behind the job and skip the node
     # after 10 min. It stays pending; the bridge's report that it is idle starts a round (usecases/slurm_bridge).
     bound = {name: g.policy.job_defer_max_s for name, g in view.groups.items()}
-    waiting = [r for r in candidates if waits_for_job(r, now, bound.get(r.group))]
+    waiting = [r for r in candidates if waits_for_job(r, now, bound.get(r.group))] + list(unreported.values())
     candidates = [r for r in candidates if not waits_for_job(r, now, bound.get(r.group))]
     # Nodes an earlier round left settling: this round's looks judge them when their lines are due.
     judge_at = settling_elsewhere(view.records.values(), view.groups, round_id, now)
@@ -90,6 +94,29 @@ def claim_round(ctx: Context, state: RoundState) -> RoundState:
         wait = job_wait(waiting, now)
         return state.model_copy(update={"gather_s": wait, "claimed": 0, "recovery_due": 0, "gathered": True})
     return state.model_copy(update={"claimed": len(claimed), "recovery_due": len(due), "gathered": True})
+
+
+def release_revalidations(
+    ctx: Context, records: list[NodeRecord], round_id: str, now: float
+) -> tuple[set[str], dict[str, NodeRecord]]:
+    """Of the nodes queued for revalidation: those a job reached before their check began go back to passed (their
+    verdict, and so their place in the revalidation order, unchanged), as do those the bridge never reported within
+    BUSY_FRESH_S of their queueing; returns (the keys released, the nodes still waiting for a first report)."""
+    releases, unreported = [], {}
+    for r in records:
+        idle = revalidation_idle(r, now)
+        queued_at = revalidation_queued_at(r) or now
+        if idle is False:
+            releases.append(transition(r, now, NodeState.PASSED, JOB_WON, round_id, ready_at=None))
+        elif idle is None and now - queued_at > BUSY_FRESH_S:
+            why = "revalidation deferred: no report from the Slurm bridge"
+            releases.append(transition(r, now, NodeState.PASSED, why, round_id, ready_at=None))
+        elif idle is None:
+            unreported[r.key] = r
+    saved = save_and_announce(ctx, releases)
+    if saved:
+        logger.info("revalidation released", extra={"round_id": round_id, "nodes": [r.key for r in saved][:50]})
+    return {r.key for r, _ in releases}, unreported
 
 
 def announce_deferrals(ctx: Context, view: ClusterView, records: list[NodeRecord], now: float) -> None:

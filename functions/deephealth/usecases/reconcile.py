@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections import Counter
 
 from deephealth.domain.errors import ClusterNotFound
-from deephealth.domain.on_demand import due_for_revalidation, queue_checks
+from deephealth.domain.on_demand import due_for_revalidation, queue_revalidations
 from deephealth.domain.waiting import overdue_waits
 from deephealth.observability import MetricUnit, logger, metrics
 from deephealth.usecases.context import Context
@@ -56,19 +56,11 @@ def reconcile_cluster(ctx: Context, cluster: str, trigger: str) -> str:
         return close_cluster(ctx, cluster, "cluster not found", trigger)
     if view.info.status in CLOSING_STATUSES:
         return close_cluster(ctx, cluster, f"cluster {view.info.status}", trigger)
-    stale = due_for_revalidation(view.records, view.groups, ctx.clock())
-    if stale:  # the same path as an operator's on-demand request
-        queued, _ = queue_checks(
-            view.records,
-            view.groups,
-            group_names=[],
-            nodes=stale,
-            checks=None,
-            now=ctx.clock(),
-            trigger="revalidation",
-        )
-        for saved in save_and_announce(ctx, queued):
-            view.records[saved.key] = saved
+    # Revalidation: passed nodes gone stale, queued in service while the cluster's bridge reports occupancy.
+    seen_at = ctx.table.registration(cluster).lease.seen_at
+    stale = due_for_revalidation(view.records, view.groups, ctx.clock(), seen_at)
+    for saved in save_and_announce(ctx, queue_revalidations(view.records, stale, ctx.clock())):
+        view.records[saved.key] = saved
     for saved in save_and_announce(ctx, overdue_waits(view.records.values(), view.groups, ctx.clock(), trigger)):
         view.records[saved.key] = saved
         waited = int(ctx.clock() - (saved.ready_at or ctx.clock()))
