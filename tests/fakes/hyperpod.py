@@ -172,7 +172,11 @@ class FakeHyperPod(HealthChecks):
     # ---- test-facing API ---------------------------------------------------------------------------
 
     def create_cluster(
-        self, name: str, groups: list[GroupSpec], node_recovery: Literal["None", "Automatic"] = "None"
+        self,
+        name: str,
+        groups: list[GroupSpec],
+        node_recovery: Literal["None", "Automatic"] = "None",
+        orchestrator: Literal["Slurm", "Eks"] = "Slurm",
     ) -> Cluster:
         self._catch_up()
         if name in self._clusters:
@@ -185,6 +189,7 @@ class FakeHyperPod(HealthChecks):
             groups={g.name: g for g in groups},
             node_recovery=node_recovery,
             creation_time=self._t,
+            orchestrator=orchestrator,
         )
         self._clusters[name] = c
         for g in groups:
@@ -686,8 +691,9 @@ class FakeHyperPod(HealthChecks):
                 "ExecutionRole": f"arn:aws:iam::{self.account}:role/hyperpod-exec",
                 "ThreadsPerCore": 1,
                 "Status": "InService",
-                "SlurmConfig": {"NodeType": g.node_type},
             }
+            if c.orchestrator == "Slurm":
+                d["SlurmConfig"] = {"NodeType": g.node_type}
             if g.on_start_checks:
                 d["OnStartDeepHealthChecks"] = list(g.on_start_checks)
             groups.append(d)
@@ -698,7 +704,11 @@ class FakeHyperPod(HealthChecks):
             "CreationTime": time(c.creation_time),
             "FailureMessage": "",
             "InstanceGroups": groups,
-            "Orchestrator": {"Slurm": {}},
+            "Orchestrator": (
+                {"Slurm": {}}
+                if c.orchestrator == "Slurm"
+                else {"Eks": {"ClusterArn": f"arn:aws:eks:{self.region}:{self.account}:cluster/{c.name}"}}
+            ),
             "NodeRecovery": c.node_recovery,
             "NodeProvisioningMode": "Continuous",
         }

@@ -155,6 +155,7 @@ class Cluster:
     checks: list[HealthCheck] = field(default_factory=list)  # history (the DeepHealthCheck operations)
     gone: bool = False
     deleting_at: float | None = None  # when DeleteCluster was accepted
+    orchestrator: Literal["Slurm", "Eks"] = "Slurm"  # DescribeCluster's Orchestrator block
 
     def by_instance(self, instance_id: str) -> Node | None:
         return next((n for n in self.nodes.values() if n.instance_id and n.instance_id == instance_id), None)

@@ -74,6 +74,14 @@ SCENARIOS = {
         groups=[{"name": "p5", "count": 12, "arrival": {"start_s": 0, "spread_s": 7200}}],
         incidents=[{"kind": "foreign-check", "group": "p5", "after_s": 5400}],
     ),
+    # `clusters = "all"` (the example file's "every cluster in the region, present and future") and an EKS cluster
+    # created after deploy, while the Slurm cluster's first round runs.
+    "eks-cluster-created": scenario(
+        "eks-cluster-created",
+        horizon_s=8 * 3600,
+        policy={"clusters": "all"},
+        incidents=[{"kind": "eks-cluster-created", "nodes": 4, "after_s": 600}],
+    ),
 }
 
 
@@ -131,6 +139,14 @@ def test_cluster_deleted_mid_round(simulate):
     assert fired(report, "cluster-deleted-mid-round")["nodes_in_check"] > 0
     assert report["verdicts"]["gone"] == report["nodes"], "every node of a deleted cluster is closed out"
     assert report["actions"]["reboot"] == report["actions"]["replace"] == 0
+
+
+def test_an_eks_cluster_created_after_deploy_gets_no_action_and_one_alert(simulate):
+    report = simulate(SCENARIOS["eks-cluster-created"])
+    eks = fired(report, "eks-cluster-created")
+    assert eks["actions"] == 0, "no check, reboot or replacement asked of a cluster that is not Slurm"
+    assert eks["alerts"] == 1, "one alert per cluster, however many functions and passes meet it"
+    assert report["verdicts"]["no_verdict"] == 0, "the Slurm cluster is checked as before"
 
 
 def test_recover_nodes_dies_after_its_first_write(simulate):

@@ -12,11 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from tests.fakes.hyperpod import Node
+from tests.fakes.hyperpod import GroupSpec, Node
 from tests.harness.engine import SCHEDULED_EVENT, TABLE_NAME
 from tests.twin.faults import CrashPlan
 from tests.twin.scenario import (
     ClusterDeletedMidRound,
+    EksClusterCreated,
     ForeignCheck,
     HyperPodReplacesMidCheck,
     Incident,
@@ -226,6 +227,31 @@ def _move_nodes(twin: Twin, spec: MoveNodes, armed: Armed) -> Plan:
     return condition, act
 
 
+ACTIONS = ("StartClusterHealthCheck", "BatchRebootClusterNodes", "BatchReplaceClusterNodes")
+
+
+def _eks_cluster_created(twin: Twin, spec: EksClusterCreated, armed: Armed) -> Plan:
+    name = f"{twin.scenario.cluster.name}-eks"
+
+    def act() -> None:
+        created = twin.sim.create_cluster(name, [GroupSpec("eks-workers")], orchestrator="Eks")
+        armed.detail["cluster"], armed.detail["arn"] = name, created.arn
+        armed.detail["nodes"] = [twin.sim.add_node(name, "eks-workers") for _ in range(spec.nodes)]
+
+    def outcome() -> dict[str, Any]:
+        """The SageMaker actions asked of the EKS cluster, and the alerts that name it."""
+        refs = (name, armed.detail["arn"])
+        actions = [op for _, op, params in twin.sim.requests if op in ACTIONS and params.get("ClusterName") in refs]
+        alerts = [
+            n for n in twin.notifications()
+            if n["attributes"].get("kind") == "cluster-not-slurm" and n["attributes"].get("cluster") == name
+        ]  # fmt: skip
+        return {"actions": len(actions), "alerts": len(alerts)}
+
+    armed.late = outcome
+    return lambda: True, act
+
+
 _KINDS: dict[type, Callable[[Twin, Any, Armed], Plan]] = {
     HyperPodReplacesMidCheck: _hyperpod_replaces,
     ClusterDeletedMidRound: _cluster_deleted,
@@ -234,4 +260,5 @@ _KINDS: dict[type, Callable[[Twin, Any, Armed], Plan]] = {
     LeaseExpiry: _lease_expiry,
     ForeignCheck: _foreign_check,
     MoveNodes: _move_nodes,
+    EksClusterCreated: _eks_cluster_created,
 }

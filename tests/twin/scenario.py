@@ -183,6 +183,14 @@ class MoveNodes(_Incident):
     nodes: Annotated[int, Field(ge=1, le=500)] = 1
 
 
+class EksClusterCreated(_Incident):
+    """An EKS-orchestrated HyperPod cluster is created after deploy, with `nodes` arrivals (continuous provisioning).
+    The controller must ignore it under `clusters = "all"`: no SageMaker action on it, one alert."""
+
+    kind: Literal["eks-cluster-created"]
+    nodes: Annotated[int, Field(ge=1, le=500)] = 4
+
+
 Incident = Annotated[
     HyperPodReplacesMidCheck
     | ClusterDeletedMidRound
@@ -190,7 +198,8 @@ Incident = Annotated[
     | RedeployMidRound
     | LeaseExpiry
     | ForeignCheck
-    | MoveNodes,
+    | MoveNodes
+    | EksClusterCreated,
     Field(discriminator="kind"),
 ]
 

@@ -173,3 +173,38 @@ def test_instance_events_since_pages_through_the_instances_events(stubbed):
     stub.add_client_error("list_cluster_events", "ResourceNotFound", "Cluster hp not found.")
     with pytest.raises(ClusterNotFound):
         hp.instance_events_since("hp", "i-0123456789abcdef0", since.timestamp())
+
+
+DESCRIBED = {
+    "ClusterArn": "arn:aws:sagemaker:us-east-1:111122223333:cluster/abcdef123456",
+    "ClusterName": "hp",
+    "ClusterStatus": "InService",
+    "InstanceGroups": [],
+}
+
+
+@pytest.mark.parametrize(
+    ("orchestrator", "slurm"),
+    [
+        (None, True),  # clusters made before the block existed are Slurm clusters
+        ({"Slurm": {}}, True),
+        ({"Eks": {"ClusterArn": "arn:aws:eks:us-east-1:111122223333:cluster/k"}}, False),
+        ({"Slurm": {}, "Eks": {"ClusterArn": "arn:aws:eks:us-east-1:111122223333:cluster/k"}}, False),
+    ],
+)
+def test_only_a_cluster_with_no_orchestrator_block_or_slurm_alone_is_a_slurm_cluster(stubbed, orchestrator, slurm):
+    hyperpod, stub = stubbed
+    stub.add_response("describe_cluster", {**DESCRIBED, **({"Orchestrator": orchestrator} if orchestrator else {})})
+    info = hyperpod.describe_cluster("hp")
+    assert info.slurm is slurm
+    assert type(info).from_json(info.to_json()) == info, "the table's cached copy says the same"
+
+
+def test_an_orchestrator_this_code_does_not_know_is_not_slurm():
+    from deephealth.adapters.hyperpod import ClusterInfo
+
+    info = ClusterInfo("hp", "abcdef123456", DESCRIBED["ClusterArn"], "InService", "None", orchestrators=("Ray",))
+    assert not info.slurm  # an allow-list: botocore does not validate enums in responses
+    cached = info.to_json()
+    del cached["orchestrators"]  # an item cached before the field existed
+    assert ClusterInfo.from_json(cached).slurm

@@ -70,6 +70,9 @@ OTHERS = {
                          {"old_holder": "ip-10-1-0-5:6f1c", "new_holder": "ip-10-1-0-9:a2d4", "fence": 3,
                           "why": "started with --take-over",
                           "note": "ip-10-1-0-5:6f1c no longer holds the fence: it only adds drains from now on."}),
+    "cluster-not-slurm": ("ml-cluster is not a Slurm cluster",
+                          {"cluster_arn": "arn:aws:sagemaker:us-west-2:123456789012:cluster/abc",
+                           "orchestrators": ["Eks"], "note": "hyperpod-dhc drives Slurm clusters only"}),
 }  # fmt: skip
 NODE = {
     "node-failed": lambda: node_notice("node-failed", NodeState.RECOVERY_DUE, Verdict.FAILED),
@@ -94,9 +97,17 @@ FIRST_WORDS = {
     "check-waiting": "WAITING FOR A CHECK in ml-cluster/gpu-workers: lid-1 ready for 4 h 10 min, not checked yet",
     "bridge-take-over": "SLURM BRIDGE TAKEN OVER on ml-cluster: ip-10-1-0-9:a2d4 replaces ip-10-1-0-5:6f1c "
     "(started with --take-over)",
+    "cluster-not-slurm": "NOT A SLURM CLUSTER: ml-cluster (orchestrated by Eks) is ignored; no check or action on it",
 }
 # Published with group "": the cluster's breaker (tripped, reset) and what the cluster's logs and operations show.
-CLUSTER_WIDE = {"breaker-tripped", "breaker-reset", "reading-observed", "check-overdue", "bridge-take-over"}
+CLUSTER_WIDE = {
+    "breaker-tripped",
+    "breaker-reset",
+    "reading-observed",
+    "check-overdue",
+    "bridge-take-over",
+    "cluster-not-slurm",
+}
 
 
 def published(kind):

@@ -65,6 +65,13 @@ class ClusterInfo:
     status: str
     node_recovery: str
     groups: dict[str, GroupInfo] = field(default_factory=dict)
+    # The keys of DescribeCluster's Orchestrator block: none (clusters made before it existed) or Slurm alone is
+    # a Slurm cluster; anything else (Eks, or one this code does not know) is not, an allow-list.
+    orchestrators: tuple[str, ...] = ()
+
+    @property
+    def slurm(self) -> bool:
+        return set(self.orchestrators) <= {"Slurm"}
 
     @property
     def log_group(self) -> str:
@@ -86,6 +93,7 @@ class ClusterInfo:
             str(data["status"]),
             str(data["node_recovery"]),
             groups=groups,
+            orchestrators=tuple(str(o) for o in data.get("orchestrators", ())),
         )
 
 
@@ -146,6 +154,7 @@ class HyperPod:
             status=d.get("ClusterStatus", ""),
             node_recovery=d.get("NodeRecovery", "Automatic"),
             groups=groups,
+            orchestrators=tuple(sorted(d.get("Orchestrator") or {})),
         )
 
     def list_cluster_names(self) -> list[str]:

@@ -33,6 +33,7 @@ ROUND_SK = "ROUND"
 SAFETY_SK = "SAFETY"
 READINGS_SK = "READINGS"
 INFO_SK = "INFO"  # the cluster's last DescribeCluster answer, shared by every function (Context.describe)
+NOT_SLURM_SK = "NOT_SLURM"  # the cluster ARN a "not a Slurm cluster" alert was sent for (one alert per cluster)
 REGISTRY_PK = "CLUSTERS"
 # The index of node items by when they were saved (`saved_at`, whole seconds of the writer's clock): "did any node
 # of the cluster change since t?" reads at most one key, however large the cluster (the Slurm bridge's idle pass).
@@ -219,6 +220,21 @@ class NodeTable:
     def save_cluster_info(self, cluster: str, described_at: float, info: dict[str, Any]) -> None:
         item = {"pk": cluster_pk(cluster), "sk": INFO_SK, "described_at": math.floor(described_at)}
         self.t.put_item(Item={**item, "doc": json.dumps(info, sort_keys=True)})
+
+    @aws.translated
+    def note_not_slurm(self, cluster: str, arn: str) -> bool:
+        """Mark that cluster `arn` (named `cluster`) is not a Slurm cluster; False if it already was marked. A
+        cluster recreated under the same name has a new ARN, and is marked (and said) again."""
+        try:
+            self.t.put_item(
+                Item={"pk": cluster_pk(cluster), "sk": NOT_SLURM_SK, "arn": arn},
+                ConditionExpression=Attr("pk").not_exists() | Attr("arn").ne(arn),
+            )
+        except aws.ClientError as err:
+            if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
 
     @aws.translated
     def forget_cluster_info(self, cluster: str) -> None:

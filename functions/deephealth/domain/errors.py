@@ -25,6 +25,19 @@ class ClusterNotFound(Exception):
     """The cluster no longer exists (deleted, or never did)."""
 
 
+class ClusterNotSlurm(ClusterNotFound):
+    """The cluster exists but is not orchestrated by Slurm (EKS, or an orchestrator this code does not know): to the
+    controller it is not there. Every function treats it as a cluster not found; one alert says so."""
+
+    def __init__(self, cluster: str, orchestrators: tuple[str, ...]) -> None:
+        super().__init__(
+            f"cluster {cluster} is orchestrated by {', '.join(orchestrators)}, not Slurm: hyperpod-dhc drives Slurm "
+            "clusters only"
+        )
+        self.cluster = cluster
+        self.orchestrators = orchestrators
+
+
 class StaleRecord(Exception):
     """A node record changed under us (optimistic lock); re-read and re-decide."""
 

@@ -183,6 +183,11 @@ def _take_over(d: Mapping[str, Any], cluster: str, _w: str) -> str:
     return f"SLURM BRIDGE TAKEN OVER on {cluster}: {d['new_holder']} replaces {d['old_holder']} ({d['why']})"
 
 
+def _not_slurm(d: Mapping[str, Any], cluster: str, _w: str) -> str:
+    by = ", ".join(d["orchestrators"]) or "?"
+    return f"NOT A SLURM CLUSTER: {cluster} (orchestrated by {by}) is ignored; no check or action on it"
+
+
 SUMMARIES: dict[str, Callable[[Mapping[str, Any], str, str], str | None]] = {
     "node-failed": _failed,
     "node-recovered": _recovered,
@@ -199,6 +204,7 @@ SUMMARIES: dict[str, Callable[[Mapping[str, Any], str, str], str | None]] = {
     "job-deferral": _deferral,
     "check-waiting": _waiting,
     "bridge-take-over": _take_over,
+    "cluster-not-slurm": _not_slurm,
 }
 # What a detail of an unexpected shape may raise while it is summarised (never out of `render`).
 _SHAPE_ERRORS = (KeyError, TypeError, ValueError, AttributeError, IndexError, OverflowError)
@@ -271,6 +277,8 @@ def commands(kind: str, cluster: str, group: str, detail: Mapping[str, Any]) -> 
         return [f"hpdhc status --cluster {c}", f"hpdhc readings {c}"]
     if kind == "bridge-take-over":
         return [f"hpdhc nodes {c}"]
+    if kind == "cluster-not-slurm":
+        return [f"aws sagemaker describe-cluster --cluster-name {c} --query Orchestrator"]
     return history or [f"hpdhc status --cluster {c}"]
 
 

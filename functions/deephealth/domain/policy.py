@@ -65,6 +65,7 @@ NotificationKind = Literal[
     "job-deferral",
     "check-waiting",
     "bridge-take-over",
+    "cluster-not-slurm",
 ]
 NOTIFICATION_KINDS: tuple[str, ...] = NotificationKind.__args__  # type: ignore[attr-defined]
 LadderStep = Literal["reboot", "replace"]

@@ -18,7 +18,7 @@ from deephealth.adapters.notifications import Notifier
 from deephealth.adapters.result_logs import ResultLogs
 from deephealth.adapters.round_starter import RoundStarter
 from deephealth.domain.breakers import SafetyState
-from deephealth.domain.errors import ClusterNotFound, LeaseLost
+from deephealth.domain.errors import ClusterNotFound, ClusterNotSlurm, LeaseLost
 from deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState
 from deephealth.domain.policy import ControllerConfig, GroupContext
 from deephealth.domain.readings import ClusterReadings
@@ -87,8 +87,34 @@ class Context:
                     self.table.forget_cluster_info(cluster)
                     raise
                 self.table.save_cluster_info(cluster, now, cached[1].to_json())
+                if not cached[1].slurm:
+                    self._say_not_slurm(cached[1])
             self._cluster_info[cluster] = cached
+        if not cached[1].slurm:
+            # The one choke point: whatever function meets the cluster, it is not there for the controller.
+            raise ClusterNotSlurm(cluster, cached[1].orchestrators)
         return cached[1]
+
+    def _say_not_slurm(self, info: ClusterInfo) -> None:
+        """One alert per non-Slurm cluster (per ARN), from whichever function described it first."""
+        if not self.table.note_not_slurm(info.name, info.arn):
+            return
+        logger.warning("cluster is not a Slurm cluster: ignored", extra={"cluster": info.name, "arn": info.arn})
+        self.notifier.publish(
+            "cluster-not-slurm",
+            info.name,
+            "",
+            f"hyperpod-dhc: {info.name} is not a Slurm cluster and is ignored",
+            {
+                "cluster_arn": info.arn,
+                "orchestrators": list(info.orchestrators),
+                "note": (
+                    "hyperpod-dhc drives Slurm clusters only: it starts no check and takes no action on this "
+                    'cluster; with clusters = "all", name the Slurm clusters in deploy.toml to stop this alert '
+                    "for new clusters"
+                ),
+            },
+        )
 
     def view(self, cluster: str, load_records: bool = True, fresh: bool = False) -> ClusterView:
         """The cluster as HyperPod describes it, with its groups' policies and (unless not asked) its records."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from deephealth.domain.errors import ClusterNotFound
+from deephealth.domain.errors import ClusterNotFound, ClusterNotSlurm
 from deephealth.domain.events import ClusterSignal, Ignored, NodeSignal
 from deephealth.domain.nodes import NodeState
 from deephealth.domain.observe import Observation, mark_unhealthy, observe
@@ -21,6 +21,13 @@ def handle_signal(ctx: Context, signal: NodeSignal | ClusterSignal | Ignored) ->
     if not ctx.config().watches(signal.cluster):
         metrics.add_metric(name="IgnoredEvents", unit=MetricUnit.Count, value=1)
         return f"ignored: cluster {signal.cluster} is not configured"
+    try:  # cached in the table: no DescribeCluster per event
+        ctx.describe(signal.cluster)
+    except ClusterNotSlurm as err:  # not even a round is started for it (with clusters = "all")
+        metrics.add_metric(name="IgnoredEvents", unit=MetricUnit.Count, value=1)
+        return f"ignored: {err}"
+    except ClusterNotFound:
+        pass  # what follows closes the cluster out
     if isinstance(signal, ClusterSignal):
         # Closing or not, the cluster's own state decides: reconcile closes out a Deleting/Failed cluster.
         return reconcile_cluster(ctx, signal.cluster, trigger=signal.event_id)

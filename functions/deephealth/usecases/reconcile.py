@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from deephealth.domain.errors import ClusterNotFound
+from deephealth.domain.errors import ClusterNotFound, ClusterNotSlurm
 from deephealth.domain.on_demand import due_for_revalidation, queue_revalidations
 from deephealth.domain.waiting import overdue_waits
 from deephealth.observability import MetricUnit, logger, metrics
@@ -52,6 +52,8 @@ def reconcile_cluster(ctx: Context, cluster: str, trigger: str) -> str:
         meta = ctx.table.round_meta(cluster)  # the starter moved past a round that died holding the lease
     try:
         view = observe_cluster(ctx, cluster, trigger, fresh=True, orphaned_before=ctx.orphaned_before(meta))
+    except ClusterNotSlurm as err:  # not there for the controller (Context.describe said so once)
+        return close_cluster(ctx, cluster, str(err), trigger)
     except ClusterNotFound:
         return close_cluster(ctx, cluster, "cluster not found", trigger)
     if view.info.status in CLOSING_STATUSES:
