@@ -111,7 +111,9 @@ def test_polls_list_the_rounds_launch_window_and_the_whole_cluster_every_five_mi
         assert p["InstanceGroupNameContains"] == "workers"
         assert p["CreationTimeAfter"] < min(launched) <= max(launched) < p["CreationTimeBefore"]  # epoch s on the wire
     # The whole cluster at most every 5 minutes, but for the one look that confirms the round is over.
-    assert all(b - a >= 300 for a, b in itertools.pairwise(whole[:-1])), "the whole cluster at most every 5 minutes"
+    # Looks for arrivals (Reconcile, Intake) take the same turn, and may list after the round's confirming look.
+    short = [round(b - a) for a, b in itertools.pairwise(whole) if b - a < 300]
+    assert len(short) <= 1, f"the whole cluster at most every 5 minutes: {short}"
     assert {r.state for r in harness.records("demo").values()} == {NodeState.PASSED}
 
 

@@ -213,6 +213,8 @@ def tables(report: dict, out: TextIO) -> None:
         f"max {hm(lat['ready_to_verdict']['max'])} (check itself: p50 {hm(lat['check']['p50'])})",
         file=out,
     )
+    lag = report["record_lag_s"]
+    print(f"ready -> on record: p50 {hm(lag['p50'])}, p95 {hm(lag['p95'])}, max {hm(lag['max'])}", file=out)
     ex = report["exposure"]
     print(
         f"exposure: schedulable before its first check p95 {hm(ex['schedulable_before_check_s']['p95'])}; "

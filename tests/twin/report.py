@@ -39,6 +39,10 @@ arrived after its verdict; per node `reversals`) and `readings`, what the contro
 naming, line shapes, lag, statuses after a failed check, busy errors; `domain.readings.ClusterReadings`) with
 `as_fidelity`, the same as a scenario's `fidelity` block.
 
+Version 8 added `record_lag_s` {p50, p95, max}: per node that became ready, the seconds from then until its record
+first showed it (`recorded_ready_at`: what `hpdhc nodes`, the Slurm bridge's document and the ready-to-verdict
+clock see); per node in `node_details`, `record_lag_s` (null for a node never ready or never recorded).
+
 Version 7 added `revalidation` (`revalidation_report`: periodic re-checks of passed nodes and what they cost the
 jobs); `ready_to_verdict` and each node's `verdict_at_s` are its verdict before its first revalidation
 (`first_verdict_at`), and a node out for revalidation at the end counts with the verdict it had.
@@ -79,7 +83,7 @@ from deephealth.domain.policy import Budget, parse_config
 from tests.harness.engine import TABLE_NAME
 from tests.twin.simulation import CONTROLLER_GROUP, SimulatedHyperPod, Twin
 
-REPORT_VERSION = 7
+REPORT_VERSION = 8
 INCONCLUSIVE_ALERT = "node-inconclusive"  # the notification an operator gets for a node left inconclusive
 VERDICT_CATEGORIES = (
     "passed", "passed_after_reboot", "replaced", "quarantined", "failed", "inconclusive", "gone", "held",
@@ -132,6 +136,7 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
     false_fails: dict[str, int] = {}
     details: list[dict[str, Any]] = []
     latencies: list[float] = []
+    record_lags: list[float] = []
     verdicts: Counter[str] = Counter()
     exposures: list[float] = []
     jobs_by_node = Counter(j.logical_id for j in sim.jobs)
@@ -149,6 +154,10 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
         verdict_at = first_verdict_at(record) if record and category != "no_verdict" else None
         if ready is not None and verdict_at is not None:
             latencies.append(verdict_at - ready)
+        recorded = recorded_ready_at(record, ready)
+        record_lag = None if ready is None or recorded is None else recorded - ready
+        if record_lag is not None:
+            record_lags.append(record_lag)
         exposure_s = None if ready is None else schedulable_before_check(twin, n.logical_id, verdict_at)
         if exposure_s is not None:
             exposures.append(exposure_s)
@@ -166,6 +175,7 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
                     for kind, actor in actions_by_node.get(n.logical_id, [])
                 ],
                 "instance_ids": list(n.instance_ids),
+                "record_lag_s": None if record_lag is None else round(record_lag, 1),
                 "exposure_s": None if exposure_s is None else round(exposure_s, 1),
                 "jobs": jobs_by_node.get(n.logical_id, 0),
                 "reversals": getattr(record, "reversals", 0),  # getattr: a controller before the field (FIDELITY.md)
@@ -250,10 +260,20 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
         "revalidation": revalidation_report(twin, records),
         "readings": readings_report(twin),
         "latency_s": {"ready_to_verdict": percentiles(latencies), "check": percentiles(sim.check_durations)},
+        "record_lag_s": percentiles(record_lags),
         "virtual_s": round(twin.clock.now() - t0, 1),
         "wall_s": round(wall_s, 2),
         "node_details": details,
     }
+
+
+def recorded_ready_at(record: NodeRecord | None, ready: float | None) -> float | None:
+    """When the record first showed the node after it became ready: its first history entry from then on (the
+    entry that made it, or for a record made while it provisioned, the one that saw it ready). A second of
+    slack: the record's clock and the fake's are the same virtual clock, rounded differently."""
+    if record is None or ready is None:
+        return None
+    return next((h.at for h in record.history if h.at >= ready - 1), None)
 
 
 def first_verdict_at(record: NodeRecord) -> float | None:

@@ -70,6 +70,8 @@ class RoundMeta:
     # When an event last said a node of the cluster changed (Intake): a live round's poll then looks at the whole
     # cluster, not only its members.
     changed_at: float | None = None
+    # When the cluster was last listed whole, by a round or by a look for arrivals (usecases/record_arrivals).
+    arrivals_looked_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -370,6 +372,33 @@ class NodeTable:
         )
 
     @aws.translated
+    def claim_arrivals_look(self, cluster: str, now: float, gap_s: float) -> bool:
+        """Take the cluster's look for arrivals (usecases/record_arrivals) unless another was taken within `gap_s`:
+        one conditional write, so two Lambdas woken together list the cluster once."""
+        try:
+            self.t.update_item(
+                Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
+                UpdateExpression="SET arrivals_looked_at = :t",
+                ConditionExpression=Attr("arrivals_looked_at").not_exists()
+                | Attr("arrivals_looked_at").lte(math.floor(now - gap_s)),
+                ExpressionAttributeValues={":t": math.floor(now)},
+            )
+        except aws.ClientError as err:
+            if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    @aws.translated
+    def note_whole_look(self, cluster: str, now: float) -> None:
+        """A round listed the whole cluster: it counts as the look for arrivals (`claim_arrivals_look`)."""
+        self.t.update_item(
+            Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
+            UpdateExpression="SET arrivals_looked_at = :t",
+            ExpressionAttributeValues={":t": math.floor(now)},
+        )
+
+    @aws.translated
     def note_check_request(self, cluster: str, holder: str | None) -> bool:
         """Record that round `holder` is asking for a check (None: its request was refused); lease holder only."""
         if holder is None:
@@ -415,6 +444,7 @@ def _round_meta(item: dict[str, Any]) -> RoundMeta:
         lease_expires_at=float(item.get("lease_expires_at", 0)),
         check_requested=item.get("check_requested"),
         changed_at=float(item["changed_at"]) if "changed_at" in item else None,
+        arrivals_looked_at=float(item["arrivals_looked_at"]) if "arrivals_looked_at" in item else None,
     )
 
 

@@ -11,6 +11,7 @@ from deephealth.usecases.context import Context
 from deephealth.usecases.decisions import save_and_announce
 from deephealth.usecases.observe_cluster import close_cluster
 from deephealth.usecases.reconcile import reconcile_cluster
+from deephealth.usecases.record_arrivals import record_arrivals
 
 
 def handle_signal(ctx: Context, signal: NodeSignal | ClusterSignal | Ignored) -> str:
@@ -47,7 +48,10 @@ def _node_signal(ctx: Context, signal: NodeSignal) -> str:
         # arrivals would meet SageMaker's throttling.
         ctx.table.note_change(signal.cluster, ctx.clock())
         ctx.start_round(signal.cluster)
-        return f"round woken: {signal.reason[:100]}"
+        if ctx.live_round(signal.cluster) is None:
+            return f"round woken: {signal.reason[:100]}"  # its Claim records the node
+        # A live round lists the whole cluster only when its check looks finished: record the node now.
+        return f"round live: {record_arrivals(ctx, signal.cluster, signal.event_id)} ({signal.reason[:100]})"
     try:
         view = ctx.view(signal.cluster, load_records=False)
     except ClusterNotFound:

@@ -43,18 +43,14 @@ def observe_cluster(
     goes back in the queue (None: the caller cannot tell)."""
     view = ctx.view(cluster, fresh=fresh)
     snapshots = {s.key: s for s in ctx.hyperpod.list_nodes(cluster) if s.key}
+    if ctx.live_round(cluster) == trigger:  # a round's whole look: arrivals were looked at too
+        ctx.table.note_whole_look(cluster, ctx.clock())
     changes = fold(ctx, cluster, view, snapshots, trigger, orphaned_before, ask_operations)
     reason = f"the cluster was recreated (now {view.info.cluster_id}): this node belonged to the one before"
     changes += [c for r in view.previous.values() if (c := close_out(r, reason, ctx.clock(), trigger))]
     if changes and not view.records:
         ctx.table.register_cluster(cluster)
-    now = ctx.clock()
-    old = {k for k, s in snapshots.items() if s.launched_at is not None and now - s.launched_at > ADOPT_AFTER_S}
-    if any(r.version == 0 and r.key in old for r, _ in changes) and ctx.table.recorded_at(cluster) is None:
-        # The controller's first whole look at this cluster: nodes launched long before were there before it
-        # watched, and may run jobs. They are adopted: the group's `adopt` policy says whether they are drained.
-        changes = [(r.model_copy(update={"adopted": True}) if r.version == 0 and r.key in old else r, d)
-                   for r, d in changes]  # fmt: skip
+    changes = adopted_on_first_look(ctx, cluster, snapshots, changes)
     for saved in save_and_announce(ctx, changes):
         view.records[saved.key] = saved
     if fresh:
@@ -62,6 +58,19 @@ def observe_cluster(
         # Slurm node its document does not list for a new one. Reconcile's looks write it, on the registry item.
         ctx.table.register_cluster(cluster, recorded_at=ctx.clock())
     return view
+
+
+def adopted_on_first_look(
+    ctx: Context, cluster: str, snapshots: dict[str, NodeSnapshot], changes: list[tuple[NodeRecord, Decision]]
+) -> list[tuple[NodeRecord, Decision]]:
+    """`changes`, with new records of nodes launched long before the controller's first whole look at the cluster
+    marked adopted: they were there before it watched, and may run jobs (the group's `adopt` policy says whether
+    they are drained)."""
+    now = ctx.clock()
+    old = {k for k, s in snapshots.items() if s.launched_at is not None and now - s.launched_at > ADOPT_AFTER_S}
+    if not any(r.version == 0 and r.key in old for r, _ in changes) or ctx.table.recorded_at(cluster) is not None:
+        return changes
+    return [(r.model_copy(update={"adopted": True}) if r.version == 0 and r.key in old else r, d) for r, d in changes]
 
 
 def observe_members(

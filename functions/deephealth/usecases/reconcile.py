@@ -13,6 +13,7 @@ from deephealth.observability import MetricUnit, logger, metrics
 from deephealth.usecases.context import Context
 from deephealth.usecases.decisions import notify, save_and_announce
 from deephealth.usecases.observe_cluster import close_cluster, observe_cluster
+from deephealth.usecases.record_arrivals import record_arrivals
 from deephealth.usecases.slurm_bridge import bridge_silence
 
 CLOSING_STATUSES = frozenset({"Deleting", "Failed"})
@@ -47,7 +48,8 @@ def reconcile_cluster(ctx: Context, cluster: str, trigger: str) -> str:
     # checks that round really runs, and moves past it if it died holding the lease.
     live = trigger == "reconcile" and meta.holder and meta.lease_expires_at > ctx.clock()
     if live and (ctx.starter is None or ctx.starter.ensure_round(cluster) == meta.holder):
-        return f"round {meta.holder} is live; its polls observe the cluster"
+        # Its polls observe its members; nodes that arrived since its last whole look are recorded here.
+        return f"round {meta.holder} is live; {record_arrivals(ctx, cluster, trigger)}"
     if live:
         meta = ctx.table.round_meta(cluster)  # the starter moved past a round that died holding the lease
     try:
