@@ -362,6 +362,7 @@ h1 { font-size: 18px; margin: 0 0 2px; }
 svg text { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; font-size: 11px; }
 .tick { text-anchor: middle; fill: #444; }
 .axl { text-anchor: end; fill: #666; font-style: italic; }
+.axl.ol { text-anchor: start; }
 .grid { stroke: #000; stroke-opacity: .12; }
 .band.b0 { fill: #5b7fa6; fill-opacity: .07; } .band.b1 { fill: #fff; fill-opacity: 0; }
 .rl.r0 { fill: #7b96b8; } .rl.r1 { fill: #a9bdd6; } .rl { stroke: #fff; stroke-width: 1; }
