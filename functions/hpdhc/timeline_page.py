@@ -5,7 +5,7 @@ a summary row (its nodes' states against time, stacked), and a row per node, pro
 the node's name on the left and its outcome (final state, reboots and replacements) on the right. A bar per segment
 coloured by state (Okabe & Ito's colour-blind-safe palette), rounds as bands behind the rows, reboots and
 replacements as marks; a bar, mark or round shows its decision lines on hover (SVG `title`). The SVGs scale to the
-window's width (viewBox), so the outcome column is always on screen. Past `COLLAPSE_OVER` nodes, each group's passed
+window's width (viewBox), so the outcome column is always on screen. Past `FOLD_OVER` nodes, each group's passed
 nodes fold into a closed `<details>`: 1,000 nodes read as a few summary rows and their problem nodes.
 """
 
@@ -74,7 +74,7 @@ BAR_H = 12
 SUMMARY_H = 26
 SUMMARY_STEP = 5  # the summary row's width of one column (a sample of its group's states)
 MIN_FINAL_W = 6.0  # a final state minutes long is still seen: a node quarantined at the end is not "in check"
-COLLAPSE_OVER = 200  # past that many nodes, each group's passed nodes (no reboot, no replacement) fold into a count
+FOLD_OVER = 200  # past that many nodes, each group's passed nodes (no reboot, no replacement) fold under a count
 TICK_STEPS = (
     60, 300, 600, 900, 1800, 3600, 2 * 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 2 * 86400, 7 * 86400, 14 * 86400,
     28 * 86400,
@@ -256,17 +256,17 @@ def _rows(page: _Page, nodes: list[Node], head: list[str] | None = None, head_h:
     return _svg(height, body, "rows")
 
 
-def _group(page: _Page, nodes: list[Node], name: str, collapse: bool) -> str:
-    """A group: its heading, its summary row, its problem nodes, then its passed ones (folded when `collapse`)."""
+def _group(page: _Page, nodes: list[Node], name: str, fold: bool) -> str:
+    """A group: its heading, its summary row, its problem nodes, then its passed ones (folded when `fold`)."""
     finals = Counter(n.final or "no record" for n in nodes)
     counts = ", ".join(f"{n} {state}" for state, n in finals.most_common())
     problems, passed = rows_of(nodes)
     head = [_summary_row(page, nodes)]
     parts = [
         f'<section class="group"><h2>{_e(name)} <span class="gc">{len(nodes)} node(s): {_e(counts)}</span></h2>',
-        _rows(page, problems + ([] if collapse else passed), head, SUMMARY_H),
+        _rows(page, problems + ([] if fold else passed), head, SUMMARY_H),
     ]
-    if collapse and passed:
+    if fold and passed:
         parts.append(
             f'<details class="passed"><summary>{len(passed)} passed node(s), none rebooted or replaced</summary>'
             f"{_rows(page, passed)}</details>"
@@ -413,11 +413,9 @@ def render_html(t: Timeline) -> str:
     fills = "\n".join(f".s.{s} {{ fill: {COLOURS[s]}; }}" for s in STATES)
     origin = datetime.fromtimestamp(t.origin, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     clock = f"times after {origin} (t+0)" if t.clock == "relative" else "times in UTC"
-    collapse = len(t.nodes) > COLLAPSE_OVER
-    groups = "\n".join(_group(page, g.nodes, g.name, collapse) for g in t.groups)
-    note = (
-        " Passed nodes never rebooted or replaced are folded under their group: open to list them." if collapse else ""
-    )
+    fold = len(t.nodes) > FOLD_OVER
+    groups = "\n".join(_group(page, g.nodes, g.name, fold) for g in t.groups)
+    note = " Passed nodes never rebooted or replaced are folded under their group: open to list them." if fold else ""
     title = f"hyperpod-dhc: cluster {t.cluster}"
     return f"""<!DOCTYPE html>
 <html lang="en">

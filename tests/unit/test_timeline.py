@@ -225,7 +225,7 @@ def listed(section: str) -> list[str]:
 
 def test_a_thousand_nodes_read_as_summary_rows_then_named_problem_nodes_with_passed_ones_folded():
     t = thousand()
-    assert len(t.nodes) == 1000 > page_of.COLLAPSE_OVER
+    assert len(t.nodes) == 1000 > page_of.FOLD_OVER
     groups = sections(page_of.render_html(t))
     assert list(groups) == ["g0", "g1", "p5"]
     for section, group in zip(groups.values(), t.groups, strict=True):  # its summary row says how many
