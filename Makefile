@@ -10,7 +10,7 @@ DEV_PTH := hyperpod-dhc-dev.pth
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export AWS_DEFAULT_REGION ?= us-east-1
 
-.PHONY: install oldest-python slurm test lint unit integration infra simulation bridge synth plan deploy destroy deploy-moto demo bench bench-slurm coldstart faults fidelity openapi clean
+.PHONY: install oldest-python slurm browser test lint unit integration infra simulation bridge synth plan deploy destroy deploy-moto demo bench bench-slurm coldstart faults fidelity openapi clean
 
 # The dev venv: the pinned stack (`dev` group and `lambda` extra), the operator CLI `hpdhc` as an operator gets it (editable: its
 # one dependency, boto3, is already in the group), and a .pth putting the repository root and functions/ on the
@@ -28,7 +28,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 $(CDK):
 	npm install --silent --no-audit --no-fund --prefix $(VENV)/cdk-cli aws-cdk@$(CDK_CLI_VERSION)
 
-install: $(VENV)/.installed $(CDK) slurm oldest-python
+install: $(VENV)/.installed $(CDK) slurm browser oldest-python
 
 # The oldest Python the wheel supports (requires-python): 3.10, HyperPod's Ubuntu 22.04 python3, on which the Slurm
 # bridge runs. A venv of pyenv's 3.10 (or a python3.10 on PATH) with the wheel installed (not editable: it must install
@@ -74,6 +74,21 @@ slurm:
 	apt-get install -y -q $(SLURM_PACKAGES) \
 	  || { apt-get update -q && apt-get install -y -q $(SLURM_PACKAGES); } \
 	  || echo "make slurm: could not install $(SLURM_PACKAGES): the Slurm tests skip"
+
+# A headless browser for tests/unit/test_timeline_browser.py (the timeline page laid out in a 1,400-px window):
+# Debian's chromium, installed only by root with apt-get. Anyone else (or no package) gets a message and those tests
+# skip, unless HPDHC_REQUIRE_BROWSER=1 (.ci/run), where they fail.
+BROWSERS := chromium chromium-browser google-chrome google-chrome-stable
+browser:
+	@for b in $(BROWSERS); do command -v $$b >/dev/null && exit 0; done; \
+	if [ "$$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then \
+	  echo "make browser: no Chromium here; installing it needs root and apt-get: the browser tests skip"; \
+	  exit 0; \
+	fi; \
+	export DEBIAN_FRONTEND=noninteractive; \
+	apt-get install -y -q chromium \
+	  || { apt-get update -q && apt-get install -y -q chromium; } \
+	  || echo "make browser: could not install chromium: the browser tests skip"
 
 lint: install
 	$(VENV)/bin/ruff check infra functions tests

@@ -1,9 +1,12 @@
 """The page of a timeline (`hpdhc.timeline`): one self-contained HTML file, inline CSS and inline SVG, with no script
 but the data itself (`<script type="application/json" id="timeline-data">`, the timeline's `to_json`, which `read_html`
-reads back): no network, no build step. A row per node under its group's heading, a bar per segment coloured by
-state (Okabe & Ito's colour-blind-safe palette), rounds as bands behind the rows and as a labelled lane under the
-time axis, reboots and replacements as marks; a bar, mark or round shows its decision lines on hover (SVG `title`).
-Rows get thinner past 200 and 800 nodes (no names beside them then): 3,000 nodes make a page of a few megabytes.
+reads back): no network, no build step. The time axis and the rounds' lane stay on top; then each group: its heading,
+a summary row (its nodes' states against time, stacked), and a row per node, problem nodes first (`is_problem`), with
+the node's name on the left and its outcome (final state, reboots and replacements) on the right. A bar per segment
+coloured by state (Okabe & Ito's colour-blind-safe palette), rounds as bands behind the rows, reboots and
+replacements as marks; a bar, mark or round shows its decision lines on hover (SVG `title`). The SVGs scale to the
+window's width (viewBox), so the outcome column is always on screen. Past `FOLD_OVER` nodes, each group's passed
+nodes fold into a closed `<details>`: 1,000 nodes read as a few summary rows and their problem nodes.
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ import json
 import math
 import re
 from collections import Counter
-from dataclasses import dataclass
 from datetime import datetime, timezone
 
 from hpdhc.timeline import ROUND_ID, STATES, VERDICT_STATES, Json, Node, Segment, Timeline, summary, to_json
@@ -61,38 +63,47 @@ def read_html(page: str) -> Json:
     return data
 
 
-WIDTH = 1540
-LABEL_W = 200
-FINAL_W = 170
+# The page's own units: its SVGs scale to the window's width (viewBox), 1:1 in a 1,400-px window.
+WIDTH = 1320
+LABEL_W = 200  # the node's name, left of its row
+OUTCOME_W = 190  # the outcome column, right of the rows: the final state's swatch and name, the node's actions
 AXIS_H = 22
 LANE_H = 20
+ROW_H = 16
+BAR_H = 12
+SUMMARY_H = 26
+SUMMARY_STEP = 5  # the summary row's width of one column (a sample of its group's states)
+MIN_FINAL_W = 6.0  # a final state minutes long is still seen: a node quarantined at the end is not "in check"
+FOLD_OVER = 200  # past that many nodes, each group's passed nodes (no reboot, no replacement) fold under a count
 TICK_STEPS = (
     60, 300, 600, 900, 1800, 3600, 2 * 3600, 3 * 3600, 6 * 3600, 12 * 3600, 86400, 2 * 86400, 7 * 86400, 14 * 86400,
     28 * 86400,
 )  # fmt: skip
 MAX_TICKS = 15
+# The rows' order in a group: the worst final state first, passed (after a reboot or replacement) last.
+PROBLEM_ORDER: tuple[str | None, ...] = (
+    "quarantined", "failed", "held", "recovery-due", "recovering", "inconclusive", "unknown", None, "gone",
+    "shadowed", "in-check", "waiting", "passed",
+)  # fmt: skip
 
 
-@dataclass(frozen=True)
-class _Layout:
-    row: float  # height of a node's row
-    bar: float  # height of its bars
-    group: float  # height of a group's heading
-    labels: bool  # room for the node's name and final state beside its row
+def is_problem(node: Node) -> bool:
+    """Anything but a node that passed without a reboot or replacement: no verdict yet, failed, recovered..."""
+    return node.final != "passed" or bool(node.marks)
 
-    @classmethod
-    def for_nodes(cls, n: int) -> _Layout:
-        if n <= 200:
-            return cls(16, 12, 26, True)
-        if n <= 800:
-            return cls(6, 5, 22, False)
-        return cls(3, 3, 22, False)
+
+def rows_of(nodes: list[Node]) -> tuple[list[Node], list[Node]]:
+    """A group's problem nodes, worst final state first (then in the timeline's order), and its passed ones."""
+    problems = [n for n in nodes if is_problem(n)]
+    rank = {state: i for i, state in enumerate(PROBLEM_ORDER)}
+    problems.sort(key=lambda n: rank.get(n.final, rank["unknown"]))  # stable: arrival order within a state
+    return problems, [n for n in nodes if not is_problem(n)]
 
 
 class _Page:
     def __init__(self, t: Timeline) -> None:
         self.t = t
-        self.x0, self.x1 = LABEL_W, WIDTH - FINAL_W
+        self.x0, self.x1 = LABEL_W, WIDTH - OUTCOME_W
         self.span = max(t.end - t.start, 1.0)
 
     def x(self, at: float) -> float:
@@ -182,28 +193,31 @@ def _mark_shape(action: str, x: float, y: float, r: float, title: str = "") -> s
     return f'<circle class="mk hp" cx="{x:.1f}" cy="{y:.1f}" r="{r:.1f}">{inner}</circle>'
 
 
-def _svg(page: _Page) -> str:
+def _svg(height: float, body: list[str], cls: str) -> str:
+    """One of the page's SVGs: each spans the page's width in its own units and scales with the window (viewBox),
+    so they line up one under another whatever the window."""
+    return (
+        f'<svg class="{cls}" viewBox="0 0 {WIDTH} {height:.0f}" preserveAspectRatio="xMinYMin meet">'
+        + "".join(body)
+        + "</svg>"
+    )
+
+
+def _axis(page: _Page) -> str:
+    """The time axis and the rounds' lane: the top of the page, kept in view while its rows scroll."""
     t = page.t
-    nodes = t.nodes
-    lay = _Layout.for_nodes(len(nodes))
-    top = AXIS_H + LANE_H + 6
-    height = top + len(t.groups) * lay.group + len(nodes) * lay.row + AXIS_H + 4
-    bottom = height - AXIS_H
+    height = AXIS_H + LANE_H + 2
     out = [
-        f'<svg width="{WIDTH}" height="{height:.0f}" viewBox="0 0 {WIDTH} {height:.0f}" role="img" '
-        f'aria-label="{_e("timeline of cluster " + t.cluster)}">',
         '<defs><pattern id="hatch-held" width="6" height="6" patternUnits="userSpaceOnUse" '
         'patternTransform="rotate(45)"><rect width="6" height="6" fill="#e69f00"/>'
         '<rect width="2.5" height="6" fill="#7a4f00"/></pattern></defs>',
+        '<g class="rounds">',
     ]
-    # Rounds: a labelled lane under the axis, and faint bands behind every row.
-    out.append('<g class="rounds">')
     for i, r in enumerate(t.rounds):
         xa, xb = page.x(r.start), page.x(r.end)
         w = max(xb - xa, 1.5)
         span = f"{page.when(r.start)} to {page.when(r.end)} ({duration(r.end - r.start)})"
         title = _e(f"round {r.id}: {span}, {r.nodes} node(s) claimed")
-        out.append(f'<rect class="band b{i % 2}" x="{xa}" y="{top}" width="{w:.1f}" height="{bottom - top:.0f}"/>')
         out.append(
             f'<g class="lane"><rect class="rl r{i % 2}" x="{xa}" y="{AXIS_H + 2}" width="{w:.1f}" '
             f'height="{LANE_H - 4}"><title>{title}</title></rect>'
@@ -213,54 +227,125 @@ def _svg(page: _Page) -> str:
         if w >= 8 * len(short) + 6:
             out.append(f'<text class="rt" x="{xa + w / 2:.1f}" y="{AXIS_H + LANE_H - 6}">{_e(short)}</text>')
         out.append("</g>")
-    out.append("</g>")
-    # Time axis, top and bottom, and its grid.
-    out.append('<g class="axis">')
+    out.append('</g><g class="axis">')
     for at, label in page.ticks():
         x = page.x(at)
-        out.append(f'<line class="grid" x1="{x}" x2="{x}" y1="{AXIS_H - 4}" y2="{bottom}"/>')
+        out.append(f'<line class="grid" x1="{x}" x2="{x}" y1="{AXIS_H - 4}" y2="{height}"/>')
         out.append(f'<text class="tick" x="{x}" y="{AXIS_H - 8}">{_e(label)}</text>')
-        out.append(f'<text class="tick" x="{x}" y="{height - 8:.0f}">{_e(label)}</text>')
     out.append(f'<text class="axl" x="{LABEL_W - 8}" y="{AXIS_H + LANE_H - 6}">rounds</text>')
-    out.append("</g>")
-    y = float(top)
-    for g in t.groups:
-        finals = Counter(n.final or "no record" for n in g.nodes)
-        counts = ", ".join(f"{n} {state}" for state, n in finals.most_common())
-        out.append(
-            f'<text class="gh" x="6" y="{y + lay.group - 8:.1f}">{_e(g.name)}'
-            f'<tspan class="gc"> {len(g.nodes)} node(s): {_e(counts)}</tspan></text>'
+    out.append(f'<text class="axl ol" x="{page.x1 + 8}" y="{AXIS_H + LANE_H - 6}">outcome</text></g>')
+    return _svg(height, out, "axis")
+
+
+def _backdrop(page: _Page, height: float) -> list[str]:
+    """The rounds' bands and the ticks' grid behind a block of rows."""
+    out = []
+    for i, r in enumerate(page.t.rounds):
+        xa, w = page.x(r.start), max(page.x(r.end) - page.x(r.start), 1.5)
+        out.append(f'<rect class="band b{i % 2}" x="{xa}" y="0" width="{w:.1f}" height="{height:.0f}"/>')
+    out += [
+        f'<line class="grid" x1="{x}" x2="{x}" y1="0" y2="{height:.0f}"/>' for x in (page.x(a) for a, _ in page.ticks())
+    ]
+    return out
+
+
+def _rows(page: _Page, nodes: list[Node], head: list[str] | None = None, head_h: float = 0) -> str:
+    height = head_h + len(nodes) * ROW_H
+    body = _backdrop(page, height) + (head or [])
+    body += [_row(page, node, head_h + i * ROW_H) for i, node in enumerate(nodes)]
+    return _svg(height, body, "rows")
+
+
+def _group(page: _Page, nodes: list[Node], name: str, fold: bool) -> str:
+    """A group: its heading, its summary row, its problem nodes, then its passed ones (folded when `fold`)."""
+    finals = Counter(n.final or "no record" for n in nodes)
+    counts = ", ".join(f"{n} {state}" for state, n in finals.most_common())
+    problems, passed = rows_of(nodes)
+    head = [_summary_row(page, nodes)]
+    parts = [
+        f'<section class="group"><h2>{_e(name)} <span class="gc">{len(nodes)} node(s): {_e(counts)}</span></h2>',
+        _rows(page, problems + ([] if fold else passed), head, SUMMARY_H),
+    ]
+    if fold and passed:
+        parts.append(
+            f'<details class="passed"><summary>{len(passed)} passed node(s), none rebooted or replaced</summary>'
+            f"{_rows(page, passed)}</details>"
         )
-        out.append(f'<line class="gl" x1="0" x2="{WIDTH}" y1="{y + lay.group - 2:.1f}" y2="{y + lay.group - 2:.1f}"/>')
-        y += lay.group
-        for node in g.nodes:
-            out.append(_row(page, node, y, lay))
-            y += lay.row
-    out.append("</svg>")
-    return "\n".join(out)
+    parts.append("</section>")
+    return "\n".join(parts)
 
 
-def _row(page: _Page, node: Node, y: float, lay: _Layout) -> str:
-    pad = (lay.row - lay.bar) / 2
-    parts = [f'<g transform="translate(0,{y:.1f})">']
-    if lay.labels:
-        label = f"<title>{_e(node.key)}</title>{_e(_label(node))}"
-        parts.append(f'<text class="nl" x="{LABEL_W - 8}" y="{lay.row - 4}">{label}</text>')
-        parts.append(f'<text class="fl" x="{page.x1 + 8}" y="{lay.row - 4}">{_e(_final_text(node))}</text>')
+def _summary_row(page: _Page, nodes: list[Node]) -> str:
+    """The group's states against time, stacked: at each column, how many of its nodes were in which state (the
+    last column: their final states). Empty above: nodes not there yet."""
+    t, n = page.t, len(nodes)
+    cols = max(1, math.ceil((page.x1 - page.x0) / SUMMARY_STEP))
+    step = (page.x1 - page.x0) / cols
+    times = [t.start + (i + 0.5) / cols * page.span for i in range(cols - 1)] + [t.end]
+    counts = [Counter[str]() for _ in times]
+    for node in nodes:
+        i = 0
+        for s in node.segments:
+            while i < len(times) and times[i] < s.start:
+                i += 1
+            last = s is node.segments[-1]
+            while i < len(times) and (times[i] < s.end or last):
+                counts[i][s.state] += 1
+                i += 1
+    top, h = 2.0, SUMMARY_H - 6.0
+    below = [0] * cols
+    out = [f'<g class="summary"><text class="nl sl" x="{LABEL_W - 8}" y="{SUMMARY_H / 2 + 4:.0f}">all {n}</text>']
+    for state in STATES:
+        per_col = [c[state] for c in counts]
+        if not any(per_col):
+            continue
+        upper = [b + k for b, k in zip(below, per_col, strict=True)]
+        x = [page.x0 + i * step for i in range(cols + 1)]
+        y_of = [[round(top + h * (1 - v / n), 1) for v in side] for side in (upper, below)]
+        tops, bottoms = y_of
+        d = f"M{x[0]:.1f},{tops[0]}" + "".join(
+            f"H{x[i + 1]:.1f}" + (f"V{tops[i + 1]}" if i + 1 < cols and tops[i + 1] != tops[i] else "")
+            for i in range(cols)
+        )
+        d += f"V{bottoms[-1]}" + "".join(
+            f"H{x[i]:.1f}" + (f"V{bottoms[i - 1]}" if i and bottoms[i - 1] != bottoms[i] else "")
+            for i in reversed(range(cols))
+        )
+        d += "z"
+        title = f"{LEGEND[state]}: up to {max(per_col)} of {n} node(s); {per_col[-1]} at the end"
+        out.append(f'<path class="s {state}" d="{d}"><title>{_e(title)}</title></path>')
+        below = upper
+    out.append(f'<text class="fl" x="{page.x1 + 8}" y="{SUMMARY_H / 2 + 4:.0f}">{n} node(s)</text></g>')
+    return "".join(out)
+
+
+def _row(page: _Page, node: Node, y: float) -> str:
+    pad = (ROW_H - BAR_H) / 2
+    label = f"<title>{_e(node.key)}</title>{_e(_label(node))}"
+    final = node.final or "none"
+    parts = [
+        f'<g class="row" transform="translate(0,{y:.1f})">',
+        f'<text class="nl" x="{LABEL_W - 8}" y="{ROW_H - 4}">{label}</text>',
+        f'<rect class="fo s {final}" x="{page.x1 + 8}" y="{pad + 1:.1f}" width="{BAR_H - 2}" height="{BAR_H - 2}"/>',
+        f'<text class="fl" x="{page.x1 + 12 + BAR_H}" y="{ROW_H - 4}">{_e(_final_text(node))}</text>',
+    ]
     for i, s in enumerate(node.segments):
         xa, xb = page.x(s.start), page.x(s.end)
-        title = _e(_segment_title(page, node, s, i == len(node.segments) - 1))
+        last = i == len(node.segments) - 1
+        if last:  # drawn over the end of the one before if it is too short to see
+            xa = min(xa, max(xb - MIN_FINAL_W, page.x0))
+        title = _e(_segment_title(page, node, s, last))
         parts.append(
-            f'<rect class="s {s.state}" x="{xa}" y="{pad:.1f}" width="{max(xb - xa, 1.0):.1f}" height="{lay.bar}">'
+            f'<rect class="s {s.state}" x="{xa}" y="{pad:.1f}" width="{max(xb - xa, 1.0):.1f}" height="{BAR_H}">'
             f"<title>{title}</title></rect>"
         )
-    r = max(lay.bar * 0.42, 2.0)
+    r = max(BAR_H * 0.42, 2.0)
     for m in node.marks:
         title = (
             f"{MARKS.get(m.action, m.action)} by {m.actor} at {page.when(m.at)}"
             f"{' of ' + m.instance_id if m.instance_id else ''}\n{node.key} ({node.group})\n{m.line}"
         )
-        parts.append(_mark_shape(m.action, page.x(m.at), lay.row / 2, r, title))
+        parts.append(_mark_shape(m.action, page.x(m.at), ROW_H / 2, r, title))
     parts.append("</g>")
     return "".join(parts)
 
@@ -277,15 +362,21 @@ h1 { font-size: 18px; margin: 0 0 2px; }
 svg text { font-family: ui-monospace, "SFMono-Regular", Menlo, Consolas, monospace; font-size: 11px; }
 .tick { text-anchor: middle; fill: #444; }
 .axl { text-anchor: end; fill: #666; font-style: italic; }
+.axl.ol { text-anchor: start; }
 .grid { stroke: #000; stroke-opacity: .12; }
 .band.b0 { fill: #5b7fa6; fill-opacity: .07; } .band.b1 { fill: #fff; fill-opacity: 0; }
 .rl.r0 { fill: #7b96b8; } .rl.r1 { fill: #a9bdd6; } .rl { stroke: #fff; stroke-width: 1; }
 .rt { text-anchor: middle; fill: #fff; font-weight: 600; pointer-events: none; }
-.gh { font-family: system-ui, sans-serif; font-size: 13px; font-weight: 700; fill: #1a1a1a; }
-.gc { font-weight: 400; fill: #555; }
-.gl { stroke: #888; stroke-width: .5; }
+svg { display: block; width: 100%; height: auto; max-width: 1980px; }
+.top { position: sticky; top: 0; background: #fff; z-index: 1; }
+h2 { font-size: 13px; margin: 6px 0 0; padding-top: 4px; border-top: 1px solid #888; }
+.gc { font-weight: 400; color: #555; }
+details.passed > summary { cursor: pointer; color: #333; margin: 2px 0 2px 8px; }
 .nl { text-anchor: end; fill: #333; }
+.sl { font-style: italic; }
 .fl { fill: #333; }
+.fo { stroke: rgba(0,0,0,.3); stroke-width: .5; }
+.s.none { fill: #fff; stroke: #888; }
 .s { shape-rendering: crispEdges; }
 .s:hover, .mk:hover, .rl:hover { stroke: #000; stroke-width: 1.5; }
 .mk { fill: #1a1a1a; stroke: #fff; stroke-width: 1; }
@@ -322,8 +413,9 @@ def render_html(t: Timeline) -> str:
     fills = "\n".join(f".s.{s} {{ fill: {COLOURS[s]}; }}" for s in STATES)
     origin = datetime.fromtimestamp(t.origin, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     clock = f"times after {origin} (t+0)" if t.clock == "relative" else "times in UTC"
-    lay = _Layout.for_nodes(len(t.nodes))
-    note = "" if lay.labels else " Rows are too thin for names: hover a row for its node."
+    fold = len(t.nodes) > FOLD_OVER
+    groups = "\n".join(_group(page, g.nodes, g.name, fold) for g in t.groups)
+    note = " Passed nodes never rebooted or replaced are folded under their group: open to list them." if fold else ""
     title = f"hyperpod-dhc: cluster {t.cluster}"
     return f"""<!DOCTYPE html>
 <html lang="en">
@@ -338,10 +430,13 @@ def render_html(t: Timeline) -> str:
 <h1>{_e(title)} &mdash; deep health checks over time</h1>
 <p class="sub">{_e(summary(t))}; {_e(clock)}, {_e(page.when(t.start))} to {_e(page.when(t.end))}. {_e(t.source)}</p>
 {_legend(t)}
-{_svg(page)}
-<p class="note">Each row is a node (its NodeLogicalId's first 8 characters and its current instance), each bar a state
-it was in; hover a bar for the controller's decision lines, a mark for why it was rebooted or replaced, a round for its
-span. Bands are the check rounds, as the nodes' histories name them.{_e(note)}</p>
+<div class="top">{_axis(page)}</div>
+{groups}
+<p class="note">Each group's first row sums up its nodes' states against time; then a row per node (its
+NodeLogicalId's first 8 characters and its current instance), problem nodes first, each bar a state it was in; a final
+state too short to see is drawn {MIN_FINAL_W:.0f} px wide. Hover a bar for the controller's decision lines, a mark for
+why it was rebooted or replaced, a round for its span. Bands are the check rounds, as the nodes' histories name
+them.{_e(note)}</p>
 <script type="application/json" id="timeline-data">{data}</script>
 </body>
 </html>

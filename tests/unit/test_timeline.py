@@ -2,6 +2,7 @@
 marks and rounds from histories, the page's data read back, and a page that fetches nothing. With the twin's own
 records and its local API: tests/simulation/test_timeline.py."""
 
+import itertools
 import json
 import re
 
@@ -185,7 +186,117 @@ def test_a_few_thousand_nodes_make_a_page_of_a_few_megabytes():
     docs = [{**REBOOTED, "node": f"node-{i:05d}", "group": f"g{i % 4}"} for i in range(3000)]
     page = page_of.render_html(picture(*docs))
     assert len(page) < 3000 * 3000  # under 3 KB a node, these with 8 entries and a reboot each
-    assert 'class="nl"' not in page  # rows too thin for names: a hover says which node
+    assert len(re.findall(r'<text class="nl" [^>]*><title>node-\d{5}</title>', page)) == 3000  # each named
+
+
+# A cluster of 1,000 nodes, most passed at the first check: the picture users could not read.
+CLEAN = [
+    entry(0, "pending", "new worker node ready (Running)", "c-r000000"),
+    entry(100, "checking", "claimed for a check round", "c-r000001"),
+    entry(3000, "passed", "check passed", "c-r000001"),
+]
+LATE_QUARANTINE = document(
+    "late-q",
+    "p5",
+    [*CLEAN[:2], entry(7170, "quarantined", "quarantined: failed 3 checks in a row", "c-r000001")],
+)  # 30 s before the picture's end (t+2h)
+FAILED = document("failed-1", "p5", [*CLEAN[:2], entry(3000, "failed", "check failed", "c-r000001")])
+NO_RECORD = {"node": "no-record", "group": "p5", "instance_ids": ["i-9"], "history": [], "actions": []}
+
+
+def thousand() -> timeline.Timeline:
+    docs = [document(f"n{i:04d}", f"g{i % 2}", CLEAN) for i in range(994)]
+    docs += [{**REBOOTED, "group": "p5"}, {**HELD, "group": "p5"}, LATE_QUARANTINE, FAILED, NO_RECORD, HYPERPOD]
+    return picture(*docs)
+
+
+def sections(page: str) -> dict[str, str]:
+    """Each group's markup, by name."""
+    return {
+        m.group(1): m.group(0) for m in re.finditer(r'<section class="group"><h2>([^ <]+).*?</section>', page, re.S)
+    }
+
+
+def listed(section: str) -> list[str]:
+    """The node rows a group lists before its folded passed nodes, in order: the names they show."""
+    shown = section.split("<details", 1)[0]
+    return re.findall(r'<g class="row"[^>]*><text class="nl"[^>]*><title>([^<]*)</title>', shown)
+
+
+def test_a_thousand_nodes_read_as_summary_rows_then_named_problem_nodes_with_passed_ones_folded():
+    t = thousand()
+    assert len(t.nodes) == 1000 > page_of.FOLD_OVER
+    groups = sections(page_of.render_html(t))
+    assert list(groups) == ["g0", "g1", "p5"]
+    for section, group in zip(groups.values(), t.groups, strict=True):  # its summary row says how many
+        assert section.count('<g class="summary">') == 1 and f">all {len(group.nodes)}</text>" in section
+    # g0 and g1: nothing to look at, 497 passed each, counted and folded behind a closed <details>.
+    for name in ("g0", "g1"):
+        assert listed(groups[name]) == []
+        assert "497 node(s): 497 passed" in groups[name]
+        assert (
+            '<details class="passed"><summary>497 passed node(s), none rebooted or replaced</summary>' in groups[name]
+        )
+        assert groups[name].count('<g class="row"') == 497  # folded, not dropped: opening it lists them
+    # p5: every node a problem, the worst final state first, the recovered-and-passed ones last.
+    assert listed(groups["p5"]) == ["late-q", "failed-1", "node-b", "no-record", "node-c", "node-a"]
+    assert "<details" not in groups["p5"]
+
+
+def test_rows_stay_tall_enough_for_a_name_at_any_size():
+    for t in (picture(), thousand()):
+        page = page_of.render_html(t)
+        ys = [float(y) for y in re.findall(r'<g class="row" transform="translate\(0,([\d.]+)\)"', page)]
+        pitches = {round(b - a, 1) for a, b in itertools.pairwise(ys) if b > a}
+        assert pitches == {page_of.ROW_H} and page_of.ROW_H >= 16
+    # In a 1,400-px window the page's units are about pixels: an 11-px name is 11 px tall.
+    assert page_of.WIDTH <= 1400 - 2 * 20 - 15  # the body's margins and a scrollbar
+
+
+def test_problem_nodes_come_first_and_a_small_page_folds_nothing():
+    healthy = document("healthy", "p5", [entry(0, "pending", "ready"), entry(60, "passed", "check passed")])
+    section = sections(page_of.render_html(picture(healthy, REBOOTED, FAILED)))["p5"]
+    assert listed(section) == ["failed-1", "node-a", "healthy"]  # failed, then passed after a reboot, then passed
+    assert "<details" not in section
+
+
+def test_a_node_quarantined_30_s_before_the_end_shows_quarantined_not_in_check():
+    page = page_of.render_html(picture(LATE_QUARANTINE))
+    (row,) = re.findall(r'<g class="row".*?</g>', page, re.S)
+    bars = re.findall(r'<rect class="s ([\w-]+)" x="([\d.]+)" y="[\d.]+" width="([\d.]+)"', row)
+    state, x, width = bars[-1]
+    assert state == "quarantined" and float(width) >= 5  # to scale, 30 s of 2 h would be 3 units: one pixel
+    x1 = page_of.WIDTH - page_of.OUTCOME_W
+    assert float(x) + float(width) == pytest.approx(x1, abs=0.2)  # at the end, on top of the check before it
+    assert '<rect class="fo s quarantined"' in row and ">quarantined</text>" in row  # and in the outcome column
+    # Its true span is 30 s: the hover says so.
+    assert "quarantined: t+1h59 to t+2h00 (0h00)" in row
+
+
+def test_a_long_final_state_is_drawn_to_scale():
+    page = page_of.render_html(picture(REBOOTED))
+    row = re.findall(r'<g class="row".*?</g>', page, re.S)[0]
+    state, x, width = re.findall(r'<rect class="s ([\w-]+)" x="([\d.]+)" y="[\d.]+" width="([\d.]+)"', row)[-1]
+    plot = page_of.WIDTH - page_of.OUTCOME_W - page_of.LABEL_W
+    assert state == "passed" and float(width) == pytest.approx(plot * 1200 / 7200, abs=0.2)
+    assert float(x) == pytest.approx(page_of.LABEL_W + plot * 6000 / 7200, abs=0.2)
+
+
+def test_the_summary_row_stacks_the_groups_states_and_ends_on_their_final_states():
+    page = page_of.render_html(picture(LATE_QUARANTINE, FAILED, REBOOTED))
+    summary = sections(page)["p5"].split('<g class="summary">', 1)[1].split("</g>", 1)[0]
+    titles = dict(re.findall(r'<path class="s ([\w-]+)" d="[^"]*"><title>([^<]*)</title>', summary))
+    assert titles["quarantined"].endswith("1 at the end")  # 30 s long, still in the last column
+    assert titles["failed"].endswith("1 at the end") and titles["passed"].endswith("1 at the end")
+    assert titles["in-check"] == "in a deep health check: up to 3 of 3 node(s); 0 at the end"
+
+
+def test_the_page_scales_to_its_window():
+    page = page_of.render_html(picture())
+    svgs = re.findall(r"<svg [^>]*>", page.split("<body>", 1)[1])
+    svgs = [s for s in svgs if 'class="' in s]  # not the legend's icons
+    assert svgs and all(f'viewBox="0 0 {page_of.WIDTH} ' in s and " width=" not in s for s in svgs)
+    assert "svg { display: block; width: 100%; height: auto;" in page
 
 
 @pytest.mark.parametrize(
