@@ -8,6 +8,8 @@ CDK_CLI_VERSION := 2.1148.1
 CDK := $(VENV)/cdk-cli/node_modules/.bin/cdk
 DEV_PTH := hyperpod-dhc-dev.pth
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+# What the caller's shell says (before the default below): `make plan` checks it agrees with deploy.toml's region.
+CALLER_DEFAULT_REGION := $(AWS_DEFAULT_REGION)
 export AWS_DEFAULT_REGION ?= us-east-1
 
 .PHONY: install oldest-python slurm test lint unit integration infra simulation bridge synth plan deploy destroy deploy-moto demo bench bench-slurm coldstart faults fidelity openapi clean
@@ -146,7 +148,7 @@ synth: install
 # `destroy` removes the stack (the nodes table is retained). ARGS="--yes": no approval prompts.
 CONFIG ?= deploy.toml
 plan deploy destroy: $(VENV)/.installed $(CDK)  # not `install`: deploying needs no Slurm nor Python 3.10
-	$(PY) -m infra.deploy $@ --config $(CONFIG) --cdk $(CDK) $(ARGS)
+	$(if $(CALLER_DEFAULT_REGION),,env -u AWS_DEFAULT_REGION) $(PY) -m infra.deploy $@ --config $(CONFIG) --cdk $(CDK) $(ARGS)
 
 # `make deploy`'s whole path (preflight, bootstrap, synth, asset publishing, change set, update, destroy) against
 # moto's server standing in for AWS, through AWS_ENDPOINT_URL; each step checked with boto3 (tests/deploy).

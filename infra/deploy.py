@@ -68,20 +68,27 @@ class Preflight:
     clusters: tuple[ClusterFacts, ...]
 
 
-def preflight(config: DeployConfig, session: boto3.Session, *, destroying: bool = False) -> Preflight:
-    """The checks, in order; raises PreflightError at the first that fails. Calls STS, SSM and SageMaker only.
+def preflight(
+    config: DeployConfig,
+    session: boto3.Session,
+    *,
+    destroying: bool = False,
+    environ: Mapping[str, str] = os.environ,
+) -> Preflight:
+    """The checks, in order; raises PreflightError at the first that fails. Calls STS, SageMaker and SSM only.
 
+    The file's region was checked by its model (a SageMaker region); here first, still without a call, that the
+    AWS configuration does not name another one. The clusters are looked for before the bootstrap: a wrong region
+    then says the clusters are not there, instead of asking for a bootstrap of that region.
     ``destroying``: the region and the credentials only (a stack outlives the clusters it watched)."""
     region = config.region
-    known = session.get_available_regions("sagemaker")
-    if region not in known:
-        raise PreflightError(f"region {region} has no SageMaker endpoint (SageMaker regions: {', '.join(known)})")
+    _regions_agree(config, session, environ)
     try:
         identity = session.client("sts", region_name=region).get_caller_identity()
     except NoCredentialsError:
         raise PreflightError("no AWS credentials: set AWS_PROFILE or run `aws configure` / `aws sso login`") from None
     except (ClientError, BotoCoreError) as err:
-        raise PreflightError(f"the credentials do not work: {_reason(err)}") from None
+        raise PreflightError(f"the credentials do not work in {region}: {_reason(err)}") from None
     account = identity["Account"]
     if destroying:
         return Preflight(account=account, caller=identity["Arn"], region=region, bootstrap_version=0, clusters=())
@@ -90,14 +97,35 @@ def preflight(config: DeployConfig, session: boto3.Session, *, destroying: bool 
         listed = _list_clusters(sagemaker)
     except (ClientError, BotoCoreError) as err:
         raise PreflightError(f"HyperPod's API does not answer in {region}: {_reason(err)}") from None
-    version = _bootstrap_version(session.client("ssm", region_name=region), account, region)
     every = config.clusters is None
     names = config.clusters if config.clusters is not None else tuple(listed)
     clusters = tuple(_slurm_cluster(sagemaker, name, region, every=every) for name in names)
     _isolating_groups_exist(config, clusters)
+    version = _bootstrap_version(session.client("ssm", region_name=region), account, region, clusters=bool(listed))
     return Preflight(
         account=account, caller=identity["Arn"], region=region, bootstrap_version=version, clusters=clusters
     )
+
+
+# Where boto3 (AWS_DEFAULT_REGION, the profile's region) and the CDK CLI and other SDKs (AWS_REGION first) take a
+# region from when none is given.
+REGION_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
+
+
+def _regions_agree(config: DeployConfig, session: boto3.Session, environ: Mapping[str, str]) -> None:
+    """The file's region is the one the AWS configuration names, if it names one (no AWS call). Every call here
+    and CDK's use the file's region; another region configured means the file or the shell is not what the
+    operator thinks (credentials of one region's account, a cluster in another), so neither wins silently."""
+    configured = {name: environ[name] for name in REGION_VARIABLES if environ.get(name)}
+    if session.region_name and session.region_name not in configured.values():
+        configured["the profile's region"] = session.region_name
+    for source, region in configured.items():
+        if region != config.region:
+            raise PreflightError(
+                f"{config.path}: region is {config.region}, but {source} is {region}: make them agree "
+                f'(region = "{region}" in {config.path.name}, or {REGION_VARIABLES[0]}={config.region} '
+                f"{REGION_VARIABLES[1]}={config.region} make ...)"
+            )
 
 
 def _isolating_groups_exist(config: DeployConfig, clusters: tuple[ClusterFacts, ...]) -> None:
@@ -118,8 +146,10 @@ def _list_clusters(sagemaker: Any) -> list[str]:
     return names
 
 
-def _bootstrap_version(ssm: Any, account: str, region: str) -> int:
+def _bootstrap_version(ssm: Any, account: str, region: str, *, clusters: bool = True) -> int:
     bootstrap = f"run `cdk bootstrap aws://{account}/{region}` first (with the same credentials)"
+    if not clusters:  # nothing to watch there yet: say so before sending anyone to bootstrap that region
+        bootstrap += f"; {region} has no HyperPod cluster yet: is region right?"
     try:
         value = ssm.get_parameter(Name=BOOTSTRAP_PARAMETER)["Parameter"]["Value"]
     except ClientError as err:
