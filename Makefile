@@ -143,9 +143,11 @@ synth: install
 	@ls cdk.out/*.template.json
 
 # Deploy to an AWS account: CONFIG (default deploy.toml, from infra/deploy.example.toml) says where and for which
-# clusters. `plan` checks credentials, region, CDK bootstrap and the clusters (they exist and are Slurm), synthesizes
-# and prints what it would create, changing nothing; `deploy` does the same, then `cdk deploy` of that assembly;
-# `destroy` removes the stack (the nodes table is retained). ARGS="--yes": no approval prompts.
+# clusters. `plan` checks the whole file (no AWS call), the region, credentials, the clusters (they exist and are
+# Slurm) and CDK bootstrap, synthesizes and prints what it would create (or change, against a deployed stack),
+# changing nothing; `deploy` does the same, then `cdk deploy` of that assembly; `destroy` removes the stack (the nodes
+# table is retained). ARGS="--yes": no approval prompts. Unless the caller set AWS_DEFAULT_REGION, the default above
+# is not passed on: the region AWS_REGION, AWS_DEFAULT_REGION or the profile name must be deploy.toml's.
 CONFIG ?= deploy.toml
 plan deploy destroy: $(VENV)/.installed $(CDK)  # not `install`: deploying needs no Slurm nor Python 3.10
 	$(if $(CALLER_DEFAULT_REGION),,env -u AWS_DEFAULT_REGION) $(PY) -m infra.deploy $@ --config $(CONFIG) --cdk $(CDK) $(ARGS)
