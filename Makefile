@@ -8,6 +8,8 @@ CDK_CLI_VERSION := 2.1148.1
 CDK := $(VENV)/cdk-cli/node_modules/.bin/cdk
 DEV_PTH := hyperpod-dhc-dev.pth
 export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+# What the caller's shell says (before the default below): `make plan` checks it agrees with deploy.toml's region.
+CALLER_DEFAULT_REGION := $(AWS_DEFAULT_REGION)
 export AWS_DEFAULT_REGION ?= us-east-1
 
 .PHONY: install oldest-python slurm browser test lint unit integration infra simulation bridge synth plan deploy destroy deploy-moto demo bench bench-slurm coldstart faults fidelity openapi clean
@@ -156,12 +158,14 @@ synth: install
 	@ls cdk.out/*.template.json
 
 # Deploy to an AWS account: CONFIG (default deploy.toml, from infra/deploy.example.toml) says where and for which
-# clusters. `plan` checks credentials, region, CDK bootstrap and the clusters (they exist and are Slurm), synthesizes
-# and prints what it would create, changing nothing; `deploy` does the same, then `cdk deploy` of that assembly;
-# `destroy` removes the stack (the nodes table is retained). ARGS="--yes": no approval prompts.
+# clusters. `plan` checks the whole file (no AWS call), the region, credentials, the clusters (they exist and are
+# Slurm) and CDK bootstrap, synthesizes and prints what it would create (or change, against a deployed stack),
+# changing nothing; `deploy` does the same, then `cdk deploy` of that assembly; `destroy` removes the stack (the nodes
+# table is retained). ARGS="--yes": no approval prompts. Unless the caller set AWS_DEFAULT_REGION, the default above
+# is not passed on: the region AWS_REGION, AWS_DEFAULT_REGION or the profile name must be deploy.toml's.
 CONFIG ?= deploy.toml
 plan deploy destroy: $(VENV)/.installed $(CDK)  # not `install`: deploying needs no Slurm nor Python 3.10
-	$(PY) -m infra.deploy $@ --config $(CONFIG) --cdk $(CDK) $(ARGS)
+	$(if $(CALLER_DEFAULT_REGION),,env -u AWS_DEFAULT_REGION) $(PY) -m infra.deploy $@ --config $(CONFIG) --cdk $(CDK) $(ARGS)
 
 # `make deploy`'s whole path (preflight, bootstrap, synth, asset publishing, change set, update, destroy) against
 # moto's server standing in for AWS, through AWS_ENDPOINT_URL; each step checked with boto3 (tests/deploy).

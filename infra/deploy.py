@@ -4,12 +4,18 @@
     python -m infra.deploy deploy  --config deploy.toml   # the same, then `cdk deploy` of what was planned
     python -m infra.deploy destroy --config deploy.toml
 
-The checks run in order and stop at the first failure with one line (exit 1), before any CloudFormation call:
-credentials (STS), the region (a SageMaker region whose HyperPod API answers), the CDK bootstrap (its SSM version
-parameter), the clusters named (they exist and are Slurm, not EKS). Then the app is synthesized with the file's
-values as context (a bad value fails here, still before CloudFormation), the plan is printed from the synthesized
-template, and `cdk deploy` deploys that very assembly. ``AWS_ENDPOINT_URL`` is honoured by boto3 and the CDK CLI
-alike (``make deploy-moto`` points both at moto's server).
+The file is checked whole first (``infra/deploy_config.py``: one line naming its key, no AWS call). Then the checks
+run in order and stop at the first failure with one line (exit 1), before any CloudFormation call: the region the
+AWS configuration names, if any, is the file's (no call); credentials (STS); HyperPod's API in that region; the
+clusters named (they exist and are Slurm, not EKS) and the isolating groups; the CDK bootstrap (its SSM version
+parameter), last, so that a wrong region is not answered with a bootstrap request for it. Then the app is
+synthesized with the file's values as context, the plan is printed from the synthesized template, and `cdk deploy`
+deploys that very assembly. ``AWS_ENDPOINT_URL`` is honoured by boto3 and the CDK CLI alike (``make deploy-moto``
+points both at moto's server).
+
+Against a stack that exists, the plan also lists what changes: the deployed template (CloudFormation GetTemplate)
+against the synthesized one, resource by resource and parameter by parameter (``template_changes``). Not `cdk diff`:
+it prints property values, a webhook's whole URL among them; this prints names only, and a webhook by its host.
 
 The plan prints each principal pattern of ``[breaker_resetters]``, ``[slurm_bridges]`` and ``[check_requesters]``
 with what it admits now (``admissions``: IAM ``ListRoles`` / ``ListUsers`` under the pattern's path, read-only):
@@ -37,6 +43,7 @@ from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
 
 from infra.controller_config import REPO_ROOT
 from infra.deploy_config import DeployConfig, DeployConfigError, load
+from infra.notifications import webhook_host
 
 STACK_NAME = "HyperPodDhc"
 BOOTSTRAP_QUALIFIER = "hnb659fds"  # the CDK default; `cdk bootstrap` without --qualifier
@@ -68,20 +75,27 @@ class Preflight:
     clusters: tuple[ClusterFacts, ...]
 
 
-def preflight(config: DeployConfig, session: boto3.Session, *, destroying: bool = False) -> Preflight:
-    """The checks, in order; raises PreflightError at the first that fails. Calls STS, SSM and SageMaker only.
+def preflight(
+    config: DeployConfig,
+    session: boto3.Session,
+    *,
+    destroying: bool = False,
+    environ: Mapping[str, str] = os.environ,
+) -> Preflight:
+    """The checks, in order; raises PreflightError at the first that fails. Calls STS, SageMaker and SSM only.
 
+    The file's region was checked by its model (a SageMaker region); here first, still without a call, that the
+    AWS configuration does not name another one. The clusters are looked for before the bootstrap: a wrong region
+    then says the clusters are not there, instead of asking for a bootstrap of that region.
     ``destroying``: the region and the credentials only (a stack outlives the clusters it watched)."""
     region = config.region
-    known = session.get_available_regions("sagemaker")
-    if region not in known:
-        raise PreflightError(f"region {region} has no SageMaker endpoint (SageMaker regions: {', '.join(known)})")
+    _regions_agree(config, session, environ)
     try:
         identity = session.client("sts", region_name=region).get_caller_identity()
     except NoCredentialsError:
         raise PreflightError("no AWS credentials: set AWS_PROFILE or run `aws configure` / `aws sso login`") from None
     except (ClientError, BotoCoreError) as err:
-        raise PreflightError(f"the credentials do not work: {_reason(err)}") from None
+        raise PreflightError(f"the credentials do not work in {region}: {_reason(err)}") from None
     account = identity["Account"]
     if destroying:
         return Preflight(account=account, caller=identity["Arn"], region=region, bootstrap_version=0, clusters=())
@@ -90,14 +104,35 @@ def preflight(config: DeployConfig, session: boto3.Session, *, destroying: bool 
         listed = _list_clusters(sagemaker)
     except (ClientError, BotoCoreError) as err:
         raise PreflightError(f"HyperPod's API does not answer in {region}: {_reason(err)}") from None
-    version = _bootstrap_version(session.client("ssm", region_name=region), account, region)
     every = config.clusters is None
     names = config.clusters if config.clusters is not None else tuple(listed)
     clusters = tuple(_slurm_cluster(sagemaker, name, region, every=every) for name in names)
     _isolating_groups_exist(config, clusters)
+    version = _bootstrap_version(session.client("ssm", region_name=region), account, region, clusters=bool(listed))
     return Preflight(
         account=account, caller=identity["Arn"], region=region, bootstrap_version=version, clusters=clusters
     )
+
+
+# Where boto3 (AWS_DEFAULT_REGION, the profile's region) and the CDK CLI and other SDKs (AWS_REGION first) take a
+# region from when none is given.
+REGION_VARIABLES = ("AWS_REGION", "AWS_DEFAULT_REGION")
+
+
+def _regions_agree(config: DeployConfig, session: boto3.Session, environ: Mapping[str, str]) -> None:
+    """The file's region is the one the AWS configuration names, if it names one (no AWS call). Every call here
+    and CDK's use the file's region; another region configured means the file or the shell is not what the
+    operator thinks (credentials of one region's account, a cluster in another), so neither wins silently."""
+    configured = {name: environ[name] for name in REGION_VARIABLES if environ.get(name)}
+    if session.region_name and session.region_name not in configured.values():
+        configured["the profile's region"] = session.region_name
+    for source, region in configured.items():
+        if region != config.region:
+            raise PreflightError(
+                f"{config.path}: region is {config.region}, but {source} is {region}: make them agree "
+                f'(region = "{region}" in {config.path.name}, or {REGION_VARIABLES[0]}={config.region} '
+                f"{REGION_VARIABLES[1]}={config.region} make ...)"
+            )
 
 
 def _isolating_groups_exist(config: DeployConfig, clusters: tuple[ClusterFacts, ...]) -> None:
@@ -118,8 +153,10 @@ def _list_clusters(sagemaker: Any) -> list[str]:
     return names
 
 
-def _bootstrap_version(ssm: Any, account: str, region: str) -> int:
+def _bootstrap_version(ssm: Any, account: str, region: str, *, clusters: bool = True) -> int:
     bootstrap = f"run `cdk bootstrap aws://{account}/{region}` first (with the same credentials)"
+    if not clusters:  # nothing to watch there yet: say so before sending anyone to bootstrap that region
+        bootstrap += f"; {region} has no HyperPod cluster yet: is region right?"
     try:
         value = ssm.get_parameter(Name=BOOTSTRAP_PARAMETER)["Parameter"]["Value"]
     except ClientError as err:
@@ -244,10 +281,13 @@ def plan_text(
     template: dict[str, Any],
     existing: str | None,
     admitted: Mapping[str, str] | None = None,
+    deployed: Mapping[str, Any] | str | None = None,
 ) -> str:
     """What `make deploy` will do, for a human: where, for which clusters, who is told and may act, what is created.
 
-    ``admitted``: each principal pattern's line of ``admissions``, printed under it (none: the patterns alone)."""
+    ``admitted``: each principal pattern's line of ``admissions``, printed under it (none: the patterns alone).
+    ``deployed``: the existing stack's template (``deployed_template``), or why it could not be read: the plan then
+    lists what changes (``template_changes``)."""
     lines = [
         f"{'Update' if existing else 'Create'} stack {STACK_NAME} in {facts.account}/{facts.region}"
         + (f" (now {existing})" if existing else "")
@@ -267,7 +307,7 @@ def plan_text(
         f"email {config.notification_email}" if config.notification_email else "",
         "Slack channel " + config.slack["channel_id"] if config.slack else "",
         "Teams channel " + config.teams["channel_id"] if config.teams else "",
-        *(f"webhook {url.split('?')[0]}" for url in config.webhooks),
+        *(f"webhook to {webhook_host(url)}" for url in config.webhooks),  # the path or query may be a token
     ]
     lines.append("  notifications: " + (", ".join(t for t in told if t) or "the SNS topic only (no subscription)"))
     lines.append(
@@ -280,7 +320,77 @@ def plan_text(
     kinds = collections.Counter(resource["Type"] for resource in template.get("Resources", {}).values())
     lines.append(f"  resources: {sum(kinds.values())}")
     lines += [f"    {count:3d} {kind}" for kind, count in sorted(kinds.items())]
+    if isinstance(deployed, str):
+        lines.append(f"  changes to the deployed stack: not known (cannot read its template: {deployed})")
+    elif deployed is not None:
+        changes = template_changes(deployed, template)
+        lines.append(
+            "  changes to the deployed stack (its template against this one; names only, no values):"
+            if changes
+            else "  changes to the deployed stack: none (the same resources, properties and parameters)"
+        )
+        lines += [f"    {change}" for change in changes]
     return "\n".join(lines)
+
+
+def deployed_template(session: boto3.Session, region: str) -> dict[str, Any] | str:
+    """The deployed stack's template (CloudFormation GetTemplate, read-only), or why it could not be read."""
+    try:
+        body = session.client("cloudformation", region_name=region).get_template(StackName=STACK_NAME)["TemplateBody"]
+    except (ClientError, BotoCoreError) as err:
+        return _reason(err)
+    if isinstance(body, str):  # botocore decodes a JSON body itself; a string is what it could not decode
+        try:
+            body = json.loads(body)
+        except json.JSONDecodeError:
+            return "it is not JSON"
+    return dict(body)
+
+
+def template_changes(deployed: Mapping[str, Any], planned: Mapping[str, Any]) -> list[str]:
+    """What deploying ``planned`` over ``deployed`` changes, one line each: ``+``/``-``/``~`` a resource (logical id
+    and type; for ``~`` the names of what differs) or a parameter.
+
+    `cdk diff` would print the values too, a webhook's whole URL among them: this prints names only, and a
+    webhook subscription by its host instead of its logical id (an older template named it by its URL)."""
+    before, after = deployed.get("Resources", {}), planned.get("Resources", {})
+    lines: list[str] = []
+    for logical_id in sorted(set(before) | set(after)):
+        old, new = before.get(logical_id), after.get(logical_id)
+        if old is not None and new is not None and old.get("Type") == new.get("Type"):
+            differ = _differences(old, new)
+            if differ:
+                lines.append(f"~ {_resource(logical_id, new)}: {', '.join(differ)}")
+            continue
+        if old is not None:
+            lines.append(f"- {_resource(logical_id, old)}")
+        if new is not None:
+            lines.append(f"+ {_resource(logical_id, new)}")
+    lines.sort(key=lambda line: ("-+~".index(line[0]), line))
+    params_before, params_after = deployed.get("Parameters", {}), planned.get("Parameters", {})
+    for name in sorted(set(params_before) | set(params_after)):
+        old, new = params_before.get(name), params_after.get(name)
+        if old != new:
+            lines.append(f"{'+' if old is None else '-' if new is None else '~'} parameter {name}")
+    return lines
+
+
+def _differences(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """The top-level properties, then the other attributes (DependsOn, DeletionPolicy, ...), that differ;
+    CDK's Metadata (construct paths, asset paths) is not deployed state and is left out."""
+    props_old, props_new = old.get("Properties", {}), new.get("Properties", {})
+    differ = [p for p in sorted(set(props_old) | set(props_new)) if props_old.get(p) != props_new.get(p)]
+    others = (set(old) | set(new)) - {"Type", "Properties", "Metadata"}
+    return differ + [a for a in sorted(others) if old.get(a) != new.get(a)]
+
+
+def _resource(logical_id: str, resource: Mapping[str, Any]) -> str:
+    kind = str(resource.get("Type", "?"))
+    props = resource.get("Properties", {})
+    if kind == "AWS::SNS::Subscription" and str(props.get("Protocol", "")).lower() in ("http", "https"):
+        endpoint = props.get("Endpoint")
+        return f"{kind} (webhook to {webhook_host(endpoint) if isinstance(endpoint, str) else '?'})"
+    return f"{logical_id} {kind}"
 
 
 def _principal_lines(title: str, who: Mapping[str, Iterable[str]], admitted: Mapping[str, str]) -> list[str]:
@@ -372,8 +482,10 @@ def _act(args: argparse.Namespace, config: DeployConfig, session: boto3.Session,
             f"the stack needs CDK bootstrap version {needed}+, the account has {facts.bootstrap_version}"
         )
     existing = existing_stack(session, config.region)
+    deployed = deployed_template(session, config.region) if existing else None
     admitted = admissions(session, config, facts.account)
-    print(plan_text(config, facts, json.loads(template_path.read_text()), existing, admitted), flush=True)
+    template = json.loads(template_path.read_text())
+    print(plan_text(config, facts, template, existing, admitted, deployed), flush=True)
     if args.action == "plan":
         return 0
     command = [

@@ -26,11 +26,13 @@ Chat and webhooks (each optional, from the deploy config):
   subscriber, over HTTPS to Chatbot's endpoint; only publishers use the key.
 - HTTPS webhooks: one SNS ``https`` subscription per URL. The endpoint must answer SNS's subscription confirmation
   (visit the ``SubscribeURL`` of the first POST) before anything is delivered, so a Slack or Teams *incoming*
-  webhook cannot be subscribed directly (use the Chatbot channel for those). It receives the SNS envelope whose
-  ``Message`` is the Chatbot custom-notification JSON (the machine-readable detail in
-  ``metadata.additionalContext``), with the message attributes for filtering.
-  A webhook URL is stored in the CloudFormation template, the synthesized ``cdk.out`` and the subscription's
-  attributes: a URL that carries a secret (a token in its path or query) is readable by whoever can read those.
+  webhook can never be subscribed: those hosts (``CHAT_WEBHOOK_HOSTS``) are refused, pointing to the Chatbot
+  channel. It receives the SNS envelope whose ``Message`` is the Chatbot custom-notification JSON (the
+  machine-readable detail in ``metadata.additionalContext``), with the message attributes for filtering.
+  A subscription's logical id is its position (``Webhook1``), never derived from its URL, and errors name a URL by
+  position and host: a token in a URL's path or query is not in ids, deploy progress, stack events or messages.
+  The URL itself is still the subscription's ``Endpoint`` property, in the template, the synthesized ``cdk.out``
+  and the subscription's attributes (docs/SECURITY.md, "Webhook URLs", says who can read them).
   Credentials in the URL's user-info part (``https://user:pass@host``) are refused for that reason.
 """
 
@@ -114,33 +116,76 @@ class TeamsChannel:
         object.__setattr__(self, "channel_id", channel)
 
 
-def webhook_url(url: object) -> str:
-    """``url`` when it is a well-formed ``https://`` URL without user-info credentials; ConfigError otherwise."""
-    shown = url if isinstance(url, str) and len(url) <= 200 else f"{str(url)[:200]}…"
+# Chat services' incoming webhooks: SNS POSTs a SubscriptionConfirmation first and delivers nothing until someone
+# visits its SubscribeURL, which these never do (nor can they show SNS's envelope); the Chatbot channel is the way in.
+# A host is refused when it is one of these or under one (a trailing dot and case do not matter).
+CHAT_WEBHOOK_HOSTS = {
+    "hooks.slack.com": "Slack",
+    "hooks.slack-gov.com": "Slack",
+    "webhook.office.com": "Teams",  # <tenant>.webhook.office.com: Teams incoming webhooks (Office 365 connectors)
+    "outlook.office.com": "Teams",  # outlook.office.com/webhook/...: the connectors' older address
+    "outlook.office365.com": "Teams",
+    "logic.azure.com": "Teams",  # prod-NN.<region>.logic.azure.com/workflows/...: Teams Workflows (Power Automate)
+    "api.powerplatform.com": "Teams",  # <env>.environment.api.powerplatform.com/.../workflows/...: the same, newer
+}
+
+
+def chat_webhook_service(hostname: str) -> str | None:
+    """ "Slack" or "Teams" when ``hostname`` serves that service's incoming webhooks, else None."""
+    host = hostname.lower().rstrip(".")
+    return next(
+        (name for domain, name in CHAT_WEBHOOK_HOSTS.items() if host == domain or host.endswith(f".{domain}")), None
+    )
+
+
+def webhook_host(url: str) -> str:
+    """What may be printed of a webhook URL: its host (the path and query may hold a token), or "?" if unparseable."""
+    try:
+        return urlsplit(url).hostname or "?"
+    except ValueError:
+        return "?"
+
+
+def webhook_url(url: object, index: int = 0) -> str:
+    """``url`` when it is a well-formed ``https://`` URL without user-info credentials and not a chat service's
+    incoming webhook; ConfigError otherwise. Errors name the URL by its position (``webhooks[0]``) and host only:
+    its path or query may be a secret token."""
+    where = f"webhooks[{index}]"
     if not isinstance(url, str) or not url or any(c.isspace() or ord(c) < 32 for c in url):
-        raise ConfigError(f"webhooks: {shown!r} is not a URL (a string without spaces)")
+        raise ConfigError(f"{where} is not a URL (a string without spaces)")
     try:
         parts = urlsplit(url)
         hostname, _ = parts.hostname, parts.port  # a malformed port raises here
     except ValueError as err:
-        raise ConfigError(f"webhooks: {shown!r} is not a well-formed URL: {err}") from None
+        raise ConfigError(f"{where} is not a well-formed URL: {err}") from None
     if parts.scheme != "https":
-        raise ConfigError(f"webhooks: {shown!r} must be an https:// URL (SNS would send it plain HTTP)")
+        raise ConfigError(
+            f"{where} (host {hostname or '?'}) must be an https:// URL (SNS would send it plain HTTP), "
+            f"got {parts.scheme or 'no'} scheme"
+        )
     if parts.username is not None or parts.password is not None:
-        raise ConfigError("webhooks: a URL with credentials (https://user:pass@host) would be stored in the template")
+        raise ConfigError(f"{where}: a URL with credentials (https://user:pass@host) would be stored in the template")
     if not hostname or "." not in hostname or parts.fragment:
-        raise ConfigError(f"webhooks: {shown!r} must name a host (https://host.example/path) and have no #fragment")
+        raise ConfigError(f"{where} must name a host (https://host.example/path) and have no #fragment")
+    service = chat_webhook_service(hostname)
+    if service is not None:
+        raise ConfigError(
+            f"{where} (host {hostname}) is a {service} incoming webhook, which cannot confirm an SNS subscription: "
+            f"use the {service.lower()} key instead (an AWS Chatbot channel: [{service.lower()}] in deploy.toml, "
+            f"hyperpod-dhc:{service.lower()} in context)"
+        )
     if len(url) > 2048:
-        raise ConfigError(f"webhooks: {shown!r} is longer than 2048 characters")
+        raise ConfigError(f"{where} (host {hostname}) is longer than 2048 characters")
     return url
 
 
 def webhook_urls(urls: Sequence[str]) -> tuple[str, ...]:
     if isinstance(urls, str):
         raise ConfigError("webhooks must be a list of https:// URLs, got one string")
-    checked = tuple(webhook_url(u) for u in urls)
-    if len(set(checked)) != len(checked):
-        raise ConfigError("webhooks: a URL is listed twice")
+    checked = tuple(webhook_url(url, index) for index, url in enumerate(urls))
+    for index, url in enumerate(checked):
+        if url in checked[:index]:
+            raise ConfigError(f"webhooks[{index}] (host {webhook_host(url)}): a URL is listed twice")
     if len(checked) > MAX_WEBHOOKS:
         raise ConfigError(f"webhooks: at most {MAX_WEBHOOKS} URLs, got {len(checked)}")
     return checked
@@ -227,10 +272,13 @@ class Notifications(Construct):
         )
         if email is not None:
             self.topic.add_subscription(subscriptions.EmailSubscription(email))
-        for url in urls:
-            # CDK names the subscription by its URL, not its position: reordering the list replaces no
-            # subscription (each would need confirming again).
-            self.topic.add_subscription(subscriptions.UrlSubscription(url, protocol=sns.SubscriptionProtocol.HTTPS))
+        for number, url in enumerate(urls, start=1):
+            # Named by position, never by URL (CDK's UrlSubscription names it by the URL, putting a token in the
+            # logical id that deploy progress, stack events and ListStackResources show). The price: a URL moved
+            # or removed from the middle of the list re-subscribes those after it (each asks confirmation again).
+            sns.Subscription(
+                self, f"Webhook{number}", topic=self.topic, endpoint=url, protocol=sns.SubscriptionProtocol.HTTPS
+            )
         self.chat_role: iam.Role | None = None
         self.slack: chatbot.SlackChannelConfiguration | None = None
         self.teams: chatbot.CfnMicrosoftTeamsChannelConfiguration | None = None

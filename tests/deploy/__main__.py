@@ -9,9 +9,11 @@ Steps, each checked (not only its exit code: unpatched moto lets `cdk deploy` ex
   4. ``make deploy``: preflight, synth, plan, asset publishing (S3), the deploy role, change set, execution;
      then boto3 finds every resource moto models (table and index, state machine, functions, layer, config
      parameter, topic, API methods, rules, alarms, dashboard) and the stack's outputs
-  5. ``make deploy`` again: the update path (a change set with no changes)
-  6. ``make destroy``: the stack, its functions and state machine are gone, the nodes table is retained
-  7. the resource types moto does not model are exactly those docs/DEVELOPING.md lists as untested
+  5. ``make deploy`` again: the update path (a change set with no changes); its plan says nothing changes
+  6. ``make plan`` with a webhook whose path is a token: the plan lists the one subscription it adds, by host,
+     against the deployed template (GetTemplate), and prints the token nowhere
+  7. ``make destroy``: the stack, its functions and state machine are gone, the nodes table is retained
+  8. the resource types moto does not model are exactly those docs/DEVELOPING.md lists as untested
 Everything goes through AWS_ENDPOINT_URL; nothing leaves the machine.
 """
 
@@ -78,11 +80,12 @@ def main(argv: list[str] | None = None) -> int:
         deploy = [sys.executable, "-m", "infra.deploy", "deploy", "--config", str(EXAMPLE), "--yes"]
         deploy += ["--cdk", str(CDK), "--output", str(assembly)]
         step("4. make deploy (create)", lambda: (_run(deploy, env), _deployed()))
-        step("5. make deploy again (update, no changes)", lambda: (_run(deploy, env), _deployed()))
+        step("5. make deploy again (update, no changes)", lambda: (_unchanged(deploy, env), _deployed()))
+        step("6. make plan of a token webhook: the change, by host", lambda: _plans_a_webhook(env, work))
         destroy = [sys.executable, "-m", "infra.deploy", "destroy", "--config", str(EXAMPLE), "--yes"]
         destroy += ["--cdk", str(CDK), "--output", str(assembly)]
-        step("6. make destroy", lambda: (_run(destroy, env), _destroyed()))
-        step("7. the types moto does not model are the documented ones", lambda: _not_modelled(work / "moto.log"))
+        step("7. make destroy", lambda: (_run(destroy, env), _destroyed()))
+        step("8. the types moto does not model are the documented ones", lambda: _not_modelled(work / "moto.log"))
     except StepFailed as err:
         print(f"make deploy-moto: {err} (server log: {work / 'moto.log'})", file=sys.stderr)
         return 1
@@ -156,6 +159,35 @@ def _wait_for(url: str, server: subprocess.Popen[bytes]) -> None:
 
 def _run(command: list[str], env: dict[str, str]) -> None:
     subprocess.run(command, cwd=REPO, env=env, check=True)
+
+
+def _unchanged(deploy: list[str], env: dict[str, str]) -> None:
+    result = subprocess.run(deploy, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    print(result.stdout, end="")
+    print(result.stderr, end="", file=sys.stderr)
+    assert result.returncode == 0, result.returncode
+    none = "  changes to the deployed stack: none (the same resources, properties and parameters)\n"
+    assert none in result.stdout, "the plan of an unchanged deploy lists changes"
+
+
+TOKEN = "SECRETTOKEN123"
+
+
+def _plans_a_webhook(env: dict[str, str], work: Path) -> None:
+    config = work / "deploy-webhook.toml"
+    config.write_text(EXAMPLE.read_text().replace("webhooks = []", f'webhooks = ["https://example.com/hooks/{TOKEN}"]'))
+    plan = [sys.executable, "-m", "infra.deploy", "plan", "--config", str(config), "--cdk", str(CDK)]
+    plan += ["--output", str(work / "cdk.out.webhook")]
+    result = subprocess.run(plan, cwd=REPO, env=env, capture_output=True, text=True, check=False)
+    print(result.stdout, end="")
+    assert result.returncode == 0, (result.returncode, result.stderr)
+    changes = result.stdout.split("  changes to the deployed stack (its template against this one; names only")[1]
+    # The new subscription; and CDK's usage analytics (AWS::CDK::Metadata), which count its construct too.
+    lines = [line for line in changes.splitlines()[1:] if not line.startswith("    ~ CDKMetadata AWS::CDK::Metadata")]
+    assert lines == ["    + AWS::SNS::Subscription (webhook to example.com)"], changes
+    assert TOKEN not in result.stdout + result.stderr
+    template = json.loads((work / "cdk.out.webhook" / f"{STACK}.template.json").read_text())
+    assert not [logical_id for logical_id in template["Resources"] if TOKEN.lower() in logical_id.lower()]
 
 
 def _cluster(name: str) -> None:

@@ -31,6 +31,7 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("AWS_DEFAULT_REGION", REGION)
+    monkeypatch.setenv("AWS_REGION", REGION)  # make plan refuses a region the AWS configuration does not name
     with mock_aws():
         iam = boto3.client("iam", region_name=REGION)
         trust = json.dumps({"Version": "2012-10-17", "Statement": []})

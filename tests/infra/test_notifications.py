@@ -93,6 +93,66 @@ def test_each_webhook_is_an_https_subscription_with_the_sns_envelope(everything)
     assert not any(s.get("RawMessageDelivery") for s in subs)  # Chatbot and webhooks need the envelope
 
 
+def test_a_webhook_token_is_in_no_logical_id_or_construct_path_only_in_the_endpoint(tmp_path):
+    """A subscription named by its URL put the token in the logical id: deploy progress, stack events and
+    ListStackResources would show it. The Endpoint property keeps it (docs/SECURITY.md says who can read that)."""
+    token_url = "https://example.com/hooks/SECRETTOKEN123"
+    app, stack, _ = tiny(tmp_path, webhooks=["https://hooks.example.com/sns/ops", token_url])
+    app.synth()
+    body = Template.from_stack(stack).to_json()
+    assert not [logical_id for logical_id in body["Resources"] if "SECRETTOKEN123" in logical_id.upper()]
+    paths = json.dumps([r.get("Metadata", {}) for r in body["Resources"].values()])
+    assert "SECRETTOKEN123" not in paths.upper()  # aws:cdk:path metadata: the construct ids
+    assert "SECRETTOKEN123" not in (tmp_path / "manifest.json").read_text().upper()  # logical ids -> paths
+    assert "SECRETTOKEN123" not in " ".join(_construct_paths(json.loads((tmp_path / "tree.json").read_text()))).upper()
+    endpoints = {s["Properties"]["Endpoint"] for s in resources(body, "AWS::SNS::Subscription").values()}
+    assert token_url in endpoints
+    assert json.dumps(body).count("SECRETTOKEN123") == 1
+
+
+def _construct_paths(node: dict[str, Any]) -> list[str]:
+    return [node.get("path", ""), *(p for child in node.get("children", {}).values() for p in _construct_paths(child))]
+
+
+def test_webhook_subscriptions_are_named_by_their_position():
+    """Stable across synths and independent of the URL: the first URL is Webhook1, the second Webhook2."""
+    ids = sorted(resources(template(webhooks=HOOKS), "AWS::SNS::Subscription"))
+    assert [i[: len("NotificationsWebhookN")] for i in ids] == ["NotificationsWebhook1", "NotificationsWebhook2"]
+
+
+@pytest.mark.parametrize(
+    ("url", "service"),
+    [
+        ("https://hooks.slack.com/services/T000/B000/XXXXSECRET", "Slack"),
+        ("https://HOOKS.SLACK.COM./services/T000/B000/XXXXSECRET", "Slack"),  # case and a trailing dot
+        ("https://hooks.slack-gov.com/services/T000/B000/XXXXSECRET", "Slack"),
+        ("https://contoso.webhook.office.com/webhookb2/a@b/IncomingWebhook/XXXXSECRET/c", "Teams"),
+        ("https://outlook.office.com/webhook/a@b/IncomingWebhook/XXXXSECRET/c", "Teams"),
+        (
+            "https://prod-12.westus.logic.azure.com:443/workflows/0a1b/triggers/manual/paths/invoke?sig=XXXXSECRET",
+            "Teams",
+        ),
+        ("https://default0a1b.2c.environment.api.powerplatform.com/powerautomate/workflows/a?sig=XXXXSECRET", "Teams"),
+    ],
+)
+def test_a_chat_incoming_webhook_is_refused_pointing_to_the_chatbot_key(url, service):
+    with pytest.raises(ConfigError) as raised:
+        template(webhooks=["https://hooks.example.com/sns/ops", url])
+    message = str(raised.value)
+    assert message.startswith("webhooks[1] (host ") and f"is a {service} incoming webhook" in message
+    assert f"use the {service.lower()} key instead" in message
+    assert "XXXXSECRET" not in message  # the host, never the path or query
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["https://slack.com.example.org/hook", "https://notslack.com/hooks", "https://webhook.office.com.example.net/x"],
+)
+def test_a_host_that_only_resembles_a_chat_service_is_accepted(url):
+    (sub,) = resources(template(webhooks=[url]), "AWS::SNS::Subscription").values()
+    assert sub["Properties"]["Endpoint"] == url
+
+
 def test_the_key_is_not_opened_to_chatbot(everything):
     """SNS decrypts before it delivers to a subscriber: only publishers use the key."""
     (key,) = resources(everything, "AWS::KMS::Key").values()
@@ -122,7 +182,7 @@ def test_cdk_nag_and_cfn_lint_pass_on_the_chat_and_webhook_resources(tmp_path):
         (lambda: TeamsChannel("not-a-guid", "19:a@thread.tacv2", TENANT), "teams.team_id must be a GUID"),
         (lambda: TeamsChannel(TEAM, "19:a@thread.tacv2", ""), "teams.tenant_id must be a GUID"),
         (lambda: TeamsChannel(TEAM, "General", TENANT), "teams.channel_id must be a Teams channel id"),
-        (lambda: template(webhooks=["http://hooks.example.com/x"]), "must be an https:// URL"),
+        (lambda: template(webhooks=["http://hooks.example.com/x"]), r"webhooks\[0\] \(host hooks.example.com\) must"),
         (lambda: template(webhooks=["https://user:pw@hooks.example.com/x"]), "credentials"),
         (lambda: template(webhooks=["https:///x"]), "must name a host"),
         (lambda: template(webhooks=["https://hooks.example.com/a b"]), "is not a URL"),
@@ -135,3 +195,4 @@ def test_bad_settings_are_one_line_config_errors(make, says):
     with pytest.raises(ConfigError, match=says) as raised:
         make()
     assert "\n" not in str(raised.value)
+    assert "/x" not in str(raised.value)  # a webhook is named by position and host, not by its path
