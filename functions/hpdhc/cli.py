@@ -1,6 +1,6 @@
 """`hpdhc`: the hyperpod-dhc command line.
 
-    hpdhc status [--cluster C] [--group G] [--watch [SECONDS]]            per cluster / per instance group
+    hpdhc status [--cluster C] [--group G] [--watch [SECONDS]]            per cluster / group; open breakers, holds
     hpdhc nodes C [--group G] [--state S]                                 per node: logical id and instance id
     hpdhc history C NODE                                                  one node across instance ids
     hpdhc check C (--group G ... | --instance I ...) [--checks T ...]     queue on-demand checks
