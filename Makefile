@@ -119,7 +119,8 @@ bridge: install
 
 # The digital twin: the real handlers and the synthesized workflow against a simulated cluster.
 # ARGS="--timeline demo-timeline.html": also write the run as one HTML page (nodes by group against time).
-demo: install
+# Only the venv: the twin synthesizes with the CDK library (no CDK CLI) and uses no Slurm nor Python 3.10.
+demo: $(VENV)/.installed
 	$(VENV)/bin/hpdhc simulate --scenario tests/scenarios/demo.json $(ARGS)
 
 # Our controller against the latency floor, a naive per-node controller and HyperPod's on-start checks alone, on

@@ -5,8 +5,10 @@ Controller metrics are Powertools EMF in namespace ``HyperPodDHC`` with the dime
 configuration names its clusters each one gets a row of its own. Step Functions, SQS and Lambda
 metrics come from their services.
 
-Alarms (each notifies the topic, and treats missing data as not breaching): a failed round execution,
-a message in any dead-letter queue, 10 or more throttled AWS calls in 5 minutes, a quarantined node.
+Alarms (each notifies the topic, and treats missing data as not breaching): a round execution that failed, timed
+out or was aborted, a message in any dead-letter queue, 10 or more throttled AWS calls in 5 minutes, a quarantined
+node, 5 or more 5xx answers of the operator API in 5 minutes, a failed invocation of the Api function. Each
+alarm's description ends with the link to its section of docs/RUNBOOKS.md (``deephealth.domain.runbooks``).
 
 Slurm bridges (``hyperpod-dhc:slurm-bridges``). Per cluster named there (naming a cluster says it runs a bridge):
 
@@ -54,6 +56,7 @@ from deephealth.domain.bridge_fence import (
     UNREACHABLE_METRIC,
 )
 from deephealth.domain.nodes import Verdict
+from deephealth.domain.runbooks import alarm_runbook
 from deephealth.domain.slurm import SYNC_INTERVAL_S
 from infra.controller_config import EVERY_CLUSTER, ControllerConfig
 from infra.controller_functions import METRICS_NAMESPACE, SERVICE_NAME
@@ -67,6 +70,9 @@ RECOVERY_METRICS = ("RebootRequests", "ReplaceRequests", "NodesRecovered")
 # Intake drops (tests/integration/test_bad_input_corpus.py) and the operator API's 4xx answers.
 BAD_INPUT_METRICS = ("MalformedEvents", "ForeignEvents", "IgnoredEvents", "RejectedRequests")
 THROTTLED_THRESHOLD = 10  # throttled AWS calls (after botocore's retries) in one 5-minute period
+# 5xx answers of the operator API in one 5-minute period: a lone 503 (AWS throttled the Api function, "retry") is
+# retried by hpdhc and the bridges; the function's own failures alarm at the first (api-function-errors).
+API_5XX_THRESHOLD = 5
 BRIDGE_REPORTS_METRIC = "SlurmBridgeReports"  # deephealth.observability.bridge_reported
 BRIDGE_SILENT_PERIODS = 3  # 5-minute periods without an occupancy report: 15 syncs of the bridge missed
 BRIDGE_BEHIND_S = 3 * SYNC_INTERVAL_S  # Slurm not matching what the bridge had to apply for 3 syncs
@@ -119,6 +125,11 @@ BRIDGE_STATUS_ALARMS = (
 )
 
 
+def described(description: str, runbook: str) -> str:
+    """An alarm's description: what it means, then the link to its runbook section (docs/RUNBOOKS.md)."""
+    return f"{description} Runbook: {alarm_runbook(runbook)}"
+
+
 def controller_metric(
     name: str, *, cluster: str | None = None, statistic: str = "Sum", label: str | None = None
 ) -> cw.Metric:
@@ -156,12 +167,14 @@ class OperationsDashboard(Construct):
         self.dashboard_name = f"{stack.stack_name}-operations"
         action = cw_actions.SnsAction(topic)
 
-        def alarm(what: str, metric: cw.IMetric, threshold: float, description: str) -> cw.Alarm:
+        def alarm(
+            what: str, metric: cw.IMetric, threshold: float, description: str, runbook: str | None = None
+        ) -> cw.Alarm:
             created = cw.Alarm(
                 self,
                 "".join(part.capitalize() for part in what.split("-")) + "Alarm",
                 alarm_name=alarm_name(self, what),
-                alarm_description=description,
+                alarm_description=described(description, runbook or what),
                 metric=metric,
                 threshold=threshold,
                 evaluation_periods=1,
@@ -193,6 +206,7 @@ class OperationsDashboard(Construct):
                     metric,
                     1,
                     f"Messages are waiting in the {name} dead-letter queue (kept 14 days); inspect and redrive them.",
+                    runbook="dlq",
                 )
                 for name, metric in dlq_depth.items()
             },
@@ -210,7 +224,39 @@ class OperationsDashboard(Construct):
                 "A node was quarantined after its recovery attempts; an operator decides what happens to it "
                 "(see the 'recovery actions' and 'history of one node' queries).",
             ),
+            "rounds-timed-out": alarm(
+                "rounds-timed-out",
+                state_machine.metric_timed_out(period=PERIOD, statistic="Sum", label="ExecutionsTimedOut"),
+                1,
+                f"A check round ({state_machine.state_machine_name}) execution ran past its 24 h timeout and was "
+                "stopped mid-step; Reconcile restarts the cluster's round. Look at where the execution stopped.",
+            ),
+            "rounds-aborted": alarm(
+                "rounds-aborted",
+                state_machine.metric_aborted(period=PERIOD, statistic="Sum", label="ExecutionsAborted"),
+                1,
+                f"A check round ({state_machine.state_machine_name}) execution was stopped (StopExecution) by "
+                "someone or something outside the controller; Reconcile restarts the cluster's round.",
+            ),
         }
+        if api is not None:
+            self.alarms["operator-api-5xx"] = alarm(
+                "operator-api-5xx",
+                api.metric_server_error(period=PERIOD, statistic="Sum", label="5XXError"),
+                API_5XX_THRESHOLD,
+                f"The operator API answered {API_5XX_THRESHOLD} or more requests with a 5xx in 5 minutes: hpdhc "
+                "and the Slurm bridges get errors (a 503 says AWS throttled the Api function's calls; a 502 or "
+                "504, that the function failed or timed out).",
+            )
+        api_function = functions.get("Api")
+        if api_function is not None:
+            self.alarms["api-function-errors"] = alarm(
+                "api-function-errors",
+                api_function.metric_errors(period=PERIOD, statistic="Sum", label="Api Errors"),
+                1,
+                "An invocation of the Api function (the operator API's) failed: an unhandled error or a timeout; "
+                "its request got a 5xx. Look at the function's log group for the error.",
+            )
 
         # Slurm bridges: cluster (None: stack-wide, for a "*" entry) -> its alarms (dashboard title, alarm), in order.
         bridge_alarms: dict[str | None, list[tuple[str, cw.Alarm]]] = {}
@@ -314,12 +360,13 @@ class OperationsDashboard(Construct):
             self,
             f"SlurmBridgeSilent-{cluster}",  # the name as it is: a capitalized id could collide (a-b, a--b)
             alarm_name=alarm_name(self, f"slurm-bridge-silent-{cluster}"),
-            alarm_description=(
+            alarm_description=described(
                 f"The Slurm bridge of cluster {cluster} pulled no state and sent no occupancy report for "
                 f"{BRIDGE_SILENT_PERIODS * int(PERIOD.to_minutes())} minutes (it reports every sync, 60 s). Nodes "
                 "stay drained or take jobs before their check until it is back: look at `journalctl -u "
                 "hpdhc-slurm-bridge` on the cluster's Slurm controller node (a 403 means its role is not the one "
-                "named for the cluster in hyperpod-dhc:slurm-bridges, or lacks SlurmBridgePolicy)."
+                "named for the cluster in hyperpod-dhc:slurm-bridges, or lacks SlurmBridgePolicy).",
+                "slurm-bridge-silent",
             ),
             metric=reports,
             threshold=1,
@@ -346,7 +393,7 @@ class OperationsDashboard(Construct):
                 self,
                 what,  # the name as it is: a capitalized id could collide (a-b, a--b)
                 alarm_name=alarm_name(self, what),
-                alarm_description=spec.says.format(where=where),
+                alarm_description=described(spec.says.format(where=where), spec.what),
                 metric=controller_metric(spec.metric, cluster=cluster, statistic="Maximum", label=spec.metric),
                 threshold=spec.threshold,
                 comparison_operator=spec.comparison,
@@ -364,12 +411,13 @@ class OperationsDashboard(Construct):
             self,
             "SlurmBridgeSilentAnyCluster",
             alarm_name=alarm_name(self, "slurm-bridge-silent"),
-            alarm_description=(
+            alarm_description=described(
                 f"The Slurm bridge holding the fence of a cluster has not pulled for {SILENT_S // 60} minutes "
                 f'(metric {SILENT_METRIC} per cluster says which; a bridge under "*" in hyperpod-dhc:slurm-bridges '
                 "has no per-cluster alarm). Nodes stay drained or take jobs before their check until it is back: "
                 f"look at {_JOURNAL}. A bridge stopped on purpose keeps it in alarm until another pulls for the "
-                "cluster (taking the fence) or the cluster is deleted."
+                "cluster (taking the fence) or the cluster is deleted.",
+                "slurm-bridge-silent",
             ),
             metric=controller_metric(SILENT_METRIC, statistic="Maximum", label=SILENT_METRIC),
             threshold=1,

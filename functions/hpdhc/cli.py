@@ -1,6 +1,6 @@
 """`hpdhc`: the hyperpod-dhc command line.
 
-    hpdhc status [--cluster C] [--group G] [--watch [SECONDS]]            per cluster / per instance group
+    hpdhc status [--cluster C] [--group G] [--watch [SECONDS]]            per cluster / group; open breakers, holds
     hpdhc nodes C [--group G] [--state S]                                 per node: logical id and instance id
     hpdhc history C NODE                                                  one node across instance ids
     hpdhc check C (--group G ... | --instance I ...) [--checks T ...]     queue on-demand checks
@@ -17,7 +17,9 @@
 The API commands sign with SigV4 from the standard AWS credential chain (--profile, --region) and find the
 endpoint in the stack's ApiEndpoint output (--stack) unless --endpoint is given; --json prints the API's JSON
 (`timeline`: the page's data, `hpdhc.timeline.to_json`). A refused request (HTTP 4xx) or one that could not be made
-exits with code 2, a server error with 1.
+exits with code 2, a server error with 1, each with one line on standard error. A throttled (429) or failed (5xx)
+request, or one that could not connect, is sent again up to 3 times with jittered back-off first. A mistyped
+argument is one line too (`--state` takes the node states the API knows).
 
 `simulate` runs the controller against a simulated HyperPod cluster; it is the digital twin of a checkout of
 hyperpod-dhc (`python -m tests.twin`), which this command runs when the checkout is on the path (`make install`).
@@ -29,13 +31,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TextIO, cast
+from typing import NoReturn, TextIO, cast
 
 from botocore.exceptions import BotoCoreError, ClientError
 
 from deephealth.evidence.text import printable
 from hpdhc import bridge, classify, gate
-from hpdhc.client import ApiError, OperatorClient, add_api_options
+from hpdhc.client import NODE_STATES, ApiError, OperatorClient, add_api_options
 from hpdhc.commands import COMMANDS
 from hpdhc.render import Terminal
 
@@ -45,6 +47,14 @@ GATE = "gate"
 READINGS = "readings"
 READINGS_VERBS = ("show", "capture", "classify")
 NO_CHECKOUT = "hpdhc: error: simulate needs a checkout of hyperpod-dhc after `make install`"
+RETRIES = 3  # an operator's command rides out a throttle or a cold Lambda's failure; waits ~0.5 + 1 + 2 s at most
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument error is one line that says what to read, not the usage of every option (subcommands' too)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         argv = [READINGS, "show", *argv[1:]]  # `hpdhc readings CLUSTER`, as before the verbs
     args = parser().parse_args(argv)
     try:
-        client = OperatorClient(args.endpoint, args.profile, args.region, args.stack)
+        client = OperatorClient(args.endpoint, args.profile, args.region, args.stack, retries=RETRIES)
         command = f"{args.command} {args.verb}" if args.command == READINGS else args.command
         return COMMANDS[command](client, args, cast(TextIO, Terminal(sys.stdout)))
     except ApiError as err:
@@ -70,6 +80,9 @@ def main(argv: list[str] | None = None) -> int:
     except (BotoCoreError, ClientError) as err:  # finding the endpoint or credentials: not the API's answer
         print(f"hpdhc: error: {printable(str(err))}", file=sys.stderr)
         return 2
+    except OSError as err:  # writing --out: a directory that is not there, a full disk
+        print(f"hpdhc: error: {printable(str(err))}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:  # the way out of `status --watch`
         return 130
 
@@ -85,9 +98,9 @@ def simulate(argv: list[str]) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="hpdhc", description="hyperpod-dhc command line")
+    root = Parser(prog="hpdhc", description="hyperpod-dhc command line")
     sub = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    api = argparse.ArgumentParser(add_help=False)
+    api = Parser(add_help=False)
     add_api_options(api)
     api.add_argument("--json", action="store_true", help="print the API's JSON")
 
@@ -105,7 +118,7 @@ def parser() -> argparse.ArgumentParser:
     nodes = sub.add_parser("nodes", parents=[api], help="per node: instance, state, verdict, attempts, timings")
     nodes.add_argument("cluster")
     nodes.add_argument("--group")
-    nodes.add_argument("--state")
+    nodes.add_argument("--state", choices=NODE_STATES, help="only nodes in this state: %(choices)s")
     history = sub.add_parser("history", parents=[api], help="one node's history across instance ids")
     history.add_argument("cluster")
     history.add_argument("node", help="NodeLogicalId or instance id")

@@ -10,8 +10,11 @@ one is given.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
+import random
 import re
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -31,6 +34,27 @@ SLURM_STATE_PAGE = 10_000  # nodes per page of the desired Slurm state: the most
 SLURM_PAGE = 1000  # nodes per occupancy report
 NODE_WORKERS = 8  # `get_nodes`: requests in flight at once (API Gateway's default throttle is far above)
 LOCAL_HOSTS = ("127.0.0.1", "localhost")  # the twin's local API (`hpdhc simulate --serve`) checks no signature
+# Answers worth another try: throttled (API Gateway's 429), the Api function throttled by AWS (503 "retry"), a
+# failed or timed-out function (502, 504), an error of API Gateway (500). Every route may be sent twice: the reads
+# change nothing, and a repeated write finds its work done (a node already queued is not queued again, a reset
+# breaker resets nothing, an occupancy report says the same).
+RETRIED_STATUSES = frozenset({429, 500, 502, 503, 504})
+RETRY_BASE_S = 0.5  # the first retry waits up to this, each next one up to twice as long (full jitter)
+RETRY_MAX_WAIT_S = 8.0  # the longest one wait, Retry-After included
+# NodeState (deephealth.domain.nodes), the `state` the nodes route filters on: the CLI's own copy (it runs on
+# Python 3.10 without pydantic), held to the domain's by tests/unit/test_slurm_contract.py.
+NODE_STATES = (
+    "pending",
+    "checking",
+    "passed",
+    "recovery_due",
+    "recovering",
+    "failed",
+    "quarantined",
+    "inconclusive",
+    "gone",
+    "shadowed",
+)
 
 Json = dict[str, Any]
 
@@ -51,6 +75,14 @@ class ApiError(RuntimeError):
         self.status = status
 
 
+class _Retry(Exception):
+    """One try that may be tried again: the error it would be, and how long the server asked to wait (if it did)."""
+
+    def __init__(self, error: ApiError, retry_after_s: float | None = None) -> None:
+        super().__init__(str(error))
+        self.error, self.retry_after_s = error, retry_after_s
+
+
 class OperatorClient:
     def __init__(
         self,
@@ -58,7 +90,13 @@ class OperatorClient:
         profile: str | None = None,
         region: str | None = None,
         stack: str = DEFAULT_STACK,
+        retries: int = 0,
     ) -> None:
+        """`retries`: how many times a throttled or failed request (`RETRIED_STATUSES`, or no connection) is sent
+        again, with jittered exponential back-off. The operator commands retry; the Slurm bridge and the gate have
+        loops and deadlines of their own and leave it at 0."""
+        self.retries = retries
+        self.sleep = time.sleep  # how a back-off waits (tests wait for nothing)
         # An endpoint names its region (`https://abc.execute-api.eu-west-1.amazonaws.com/v1`): a signature for
         # another region would be refused, so it wins over the profile's default.
         region = region or endpoint_region(endpoint)
@@ -180,6 +218,18 @@ class OperatorClient:
         return credentials.get_frozen_credentials()
 
     def _call(self, method: str, path: str, body: Json | None = None, query: dict[str, str] | None = None) -> Json:
+        """One route's answer; a throttled or failed try is sent again up to `retries` times, each signed anew."""
+        for attempt in range(self.retries + 1):
+            try:
+                return self._try(method, path, body, query)
+            except _Retry as retry:
+                if attempt == self.retries:
+                    raise retry.error from None
+                backoff = random.uniform(0, RETRY_BASE_S * 2**attempt)
+                self.sleep(min(RETRY_MAX_WAIT_S, max(backoff, retry.retry_after_s or 0)))
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _try(self, method: str, path: str, body: Json | None, query: dict[str, str] | None) -> Json:
         url = self.endpoint + path + ("?" + urllib.parse.urlencode(query) if query else "")
         data = None if body is None else json.dumps(body).encode()
         request = AWSRequest(method=method, url=url, data=data, headers={"Content-Type": "application/json"})
@@ -187,18 +237,47 @@ class OperatorClient:
         prepared = urllib.request.Request(url, data=data, method=method, headers=dict(request.headers.items()))
         try:
             with urllib.request.urlopen(prepared, timeout=30) as response:
-                answer: Json = json.loads(response.read() or b"null")
-                return answer
+                payload = response.read()
         except urllib.error.HTTPError as err:
-            payload = err.read().decode(errors="replace")
-            try:
-                denial = json.loads(payload)  # API Gateway's own denials say "Message"
-                message = denial.get("message") or denial.get("Message") or payload
-            except (ValueError, AttributeError):
-                message = payload
-            raise ApiError(err.code, str(message)[:500]) from None
+            error = ApiError(err.code, _message(err.read().decode(errors="replace")))
+            if err.code in RETRIED_STATUSES:
+                raise _Retry(error, _seconds(err.headers.get("Retry-After"))) from None
+            raise error from None
         except urllib.error.URLError as err:
-            raise ApiError(0, f"cannot reach {self.endpoint}: {err.reason}") from None
+            raise _Retry(ApiError(0, f"cannot reach {self.endpoint}: {err.reason}")) from None
+        except (http.client.HTTPException, OSError) as err:  # the connection dropped or timed out mid-answer
+            raise _Retry(ApiError(0, f"no answer from {self.endpoint}: {type(err).__name__} {err}".strip())) from None
+        try:
+            answer: Json = json.loads(payload or b"null")
+        except ValueError:
+            raise ApiError(0, f"{self.endpoint} answered with something other than JSON") from None
+        return answer
+
+
+def _message(payload: str) -> str:
+    """An error answer on one line: its message, or (a 422) what was invalid where; the payload itself otherwise."""
+    try:
+        answer = json.loads(payload)
+    except ValueError:
+        return " ".join(payload.split())[:500]
+    if not isinstance(answer, dict):
+        return " ".join(payload.split())[:500]
+    detail = answer.get("detail")
+    if isinstance(detail, list) and detail:  # Powertools' validation errors: where and what kind, no message
+        invalid = [
+            f"{'.'.join(str(p) for p in d.get('loc', ()))} ({d.get('type')})" for d in detail if isinstance(d, dict)
+        ]
+        return ("invalid " + ", ".join(invalid))[:500]
+    message = answer.get("message") or answer.get("Message") or payload  # API Gateway's own denials say "Message"
+    return " ".join(str(message).split())[:500]
+
+
+def _seconds(value: str | None) -> float | None:
+    """A Retry-After header's delay in seconds (the HTTP-date form is not used by API Gateway: ignored)."""
+    try:
+        return max(0.0, float(value)) if value else None
+    except ValueError:
+        return None
 
 
 def endpoint_region(endpoint: str | None) -> str | None:

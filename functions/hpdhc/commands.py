@@ -27,6 +27,8 @@ def status(client: OperatorClient, args: argparse.Namespace, out: TextIO) -> int
             data = client.list_groups(args.cluster)
             if args.group:
                 data = {**data, "groups": [g for g in data["groups"] if g["group"] == args.group]}
+                if "capacity_holds" in data:
+                    data["capacity_holds"] = {g: h for g, h in data["capacity_holds"].items() if g == args.group}
         else:
             data = client.list_clusters()
         if args.watch and not args.json:
@@ -148,6 +150,26 @@ def _clusters_table(data: Json, out: TextIO) -> None:
         [c["cluster"], c["live_round"] or "-", *(str(c["states"].get(s, 0)) for s in states)] for c in data["clusters"]
     ]
     table(rows, out)
+    for c in data["clusters"]:
+        _stopped(c["cluster"], c, out)
+
+
+def _stopped(cluster: str, data: Json, out: TextIO) -> None:
+    """The cluster's open breaker and its groups' capacity holds, one line each: they stop recovery until an
+    operator resets them. An API that does not say (an older one) shows nothing."""
+    breaker, holds = data.get("breaker") or {}, data.get("capacity_holds") or {}
+    lines = []
+    if breaker.get("open"):
+        tripped = breaker.get("tripped") or {}
+        lines.append(f"{cluster}: BREAKER OPEN since {when(tripped.get('at'))}: {tripped.get('reason', '?')}")
+    lines += [
+        f"{cluster}: CAPACITY HOLD on {g} since {when(hold.get('at'))}: {hold.get('reason', '?')}"
+        for g, hold in holds.items()
+    ]
+    for line in lines:
+        print(f"  {line}", file=out)
+    if lines:
+        print(f"  (`hpdhc breakers {cluster}`: held nodes and budgets; `hpdhc reset-breaker` resets)", file=out)
 
 
 def _groups_table(data: Json, out: TextIO) -> None:
@@ -168,6 +190,7 @@ def _groups_table(data: Json, out: TextIO) -> None:
         )
     print(f"cluster {data['cluster']}", file=out)
     table(rows, out)
+    _stopped(data["cluster"], data, out)
 
 
 def _nodes_table(nodes: list[Json], out: TextIO) -> None:

@@ -125,6 +125,57 @@ def makefile_targets() -> set[str]:
     return targets
 
 
+def makefile_rules() -> dict[str, tuple[list[str], list[str]]]:
+    """target -> (prerequisites, recipe lines) of every explicit rule, `$(VAR)` expanded from `VAR := value`."""
+    text = (ROOT / "Makefile").read_text()
+    variables = dict(re.findall(r"^([A-Z0-9_]+)\s*[:?]?=\s*(.*?)\s*$", text, re.M))
+
+    def expand(words: str) -> str:
+        for _ in range(5):  # variables of variables
+            words = re.sub(r"\$\(([A-Z0-9_]+)\)", lambda m: variables.get(m.group(1), m.group(0)), words)
+        return words
+
+    rules: dict[str, tuple[list[str], list[str]]] = {}
+    current: list[str] = []
+    for line in text.splitlines():
+        if line.startswith("\t"):
+            for target in current:
+                rules[target][1].append(expand(line))
+            continue
+        match = re.match(r"^([^\s#:=][^:=]*?)\s*:(?!=)\s*([^#]*)", line)
+        if match and not line.startswith("export "):
+            current = expand(match.group(1)).split()
+            for target in current:
+                rules[target] = (expand(match.group(2)).split(), [])
+        elif line.strip() and not line.startswith((" ", "#")):
+            current = []
+    return rules
+
+
+def needs(target: str) -> set[str]:
+    """Every target `make TARGET` may build first, itself included (recursive `$(MAKE) X` lines too)."""
+    rules, seen, todo = makefile_rules(), set(), [target]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        prerequisites, recipe = rules.get(name, ([], []))
+        todo += prerequisites + [w for line in recipe for w in re.findall(r"\$\(MAKE\)[^\n]*?\s([\w./-]+)$", line)]
+    return seen
+
+
+def test_make_demo_installs_only_what_the_demo_needs():
+    """No Slurm (apt-get as root), no Python 3.10, no CDK CLI: the demo runs the twin from the venv alone. The
+    tests that need Slurm still get it: `make test` (and so .ci/run) builds `install`, which builds `slurm`."""
+    demo = needs("demo")
+    assert ".venv/.installed" in demo
+    assert not demo & {"install", "slurm", "oldest-python", ".venv-py310/.installed"}, demo
+    recipes = [line for t in demo for line in makefile_rules().get(t, ([], []))[1]]
+    assert not [line for line in recipes if "apt-get" in line or "npm" in line]
+    assert {"install", "slurm", "oldest-python"} <= needs("test") and "slurm" in needs("bridge")
+
+
 def help_of(argv: list[str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, *argv, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60, check=False

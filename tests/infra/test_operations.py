@@ -260,28 +260,31 @@ def alarms_by_metric(template_json: dict[str, Any]) -> dict[str, list[dict[str, 
     return out
 
 
-def test_four_alarm_kinds_notify_the_topic(template_json: dict[str, Any]) -> None:
+CONTROLLER_ALARMS = {  # metric -> (alarms, threshold): every alarm but the Slurm bridges'
+    "ExecutionsFailed": (1, 1),
+    "ExecutionsTimedOut": (1, 1),
+    "ExecutionsAborted": (1, 1),
+    "ApproximateNumberOfMessagesVisible": (None, 1),  # one per dead-letter queue
+    "Throttled": (1, 10),
+    "NodesQuarantined": (1, 1),
+    "5XXError": (1, 5),
+    "Errors": (1, 1),
+}
+
+
+def test_the_controller_alarms_notify_the_topic(template_json: dict[str, Any]) -> None:
     topic, _ = one(template_json, "AWS::SNS::Topic")
     alarms = alarms_by_metric(template_json)
     queues = resources(template_json, "AWS::SQS::Queue")
     assert {k: len(v) for k, v in alarms.items()} == {
-        "ExecutionsFailed": 1,
-        "ApproximateNumberOfMessagesVisible": len(queues),
-        "Throttled": 1,
-        "NodesQuarantined": 1,
-    }
-    thresholds = {
-        "ExecutionsFailed": 1,
-        "ApproximateNumberOfMessagesVisible": 1,
-        "Throttled": 10,
-        "NodesQuarantined": 1,
+        metric: len(queues) if count is None else count for metric, (count, _) in CONTROLLER_ALARMS.items()
     }
     for metric, found in alarms.items():
         for props in found:
             assert props["AlarmActions"] == [{"Ref": topic}], metric
             assert props["TreatMissingData"] == "notBreaching", metric
             assert props["ComparisonOperator"] == "GreaterThanOrEqualToThreshold", metric
-            assert props["Threshold"] == thresholds[metric], metric
+            assert props["Threshold"] == CONTROLLER_ALARMS[metric][1], metric
             assert props["EvaluationPeriods"] == 1, metric
             assert props["AlarmName"].startswith("HyperPodDhc-"), metric  # the topic policy's SourceArn
     watched = {
@@ -293,6 +296,33 @@ def test_four_alarm_kinds_notify_the_topic(template_json: dict[str, Any]) -> Non
     stat = throttled["Metrics"][0]["MetricStat"]
     assert (stat["Period"], stat["Stat"]) == (300, "Sum")
     assert stat["Metric"]["Namespace"] == "HyperPodDHC"
+
+
+def alarm_metric(props: dict[str, Any]) -> tuple[str, str, dict[str, Any]]:
+    """(namespace, metric name, dimensions by name) of a single-metric alarm."""
+    stat = props["Metrics"][0]["MetricStat"] if "Metrics" in props else props
+    metric = stat.get("Metric", stat)
+    return metric["Namespace"], metric["MetricName"], {d["Name"]: d["Value"] for d in metric["Dimensions"]}
+
+
+def test_the_round_api_and_api_function_alarms_watch_this_stacks_resources(template_json: dict[str, Any]) -> None:
+    """Timed-out and aborted rounds, the operator API's 5xx and the Api function's errors: each on the service
+    metric of this stack's own resource (a wrong dimension would watch nothing and never fire)."""
+    alarms = alarms_by_metric(template_json)
+    machine, _ = one(template_json, "AWS::StepFunctions::StateMachine")
+    _, rest_api = one(template_json, "AWS::ApiGateway::RestApi")
+    (api_function,) = [
+        lid
+        for lid, res in resources(template_json, "AWS::Lambda::Function").items()
+        if res["Properties"].get("Handler") == "deephealth.handlers.api.lambda_handler"
+    ]
+    for metric in ("ExecutionsTimedOut", "ExecutionsAborted"):
+        (props,) = alarms[metric]
+        assert alarm_metric(props) == ("AWS/States", metric, {"StateMachineArn": {"Ref": machine}}), metric
+    (server_errors,) = alarms["5XXError"]
+    assert alarm_metric(server_errors) == ("AWS/ApiGateway", "5XXError", {"ApiName": rest_api["Name"]})
+    (errors,) = alarms["Errors"]
+    assert alarm_metric(errors) == ("AWS/Lambda", "Errors", {"FunctionName": {"Ref": api_function}})
 
 
 # ---------------------------------------------------------------- the Slurm bridges' alarms

@@ -166,7 +166,8 @@ def test_a_failure_line_that_arrives_after_the_pass_reverses_it(harness, fake):
     assert "DCGM diagnostic level 4 failed on GPU 5" in record.evidence[0]
     assert [o.verdict for o in record.outcomes] == [Verdict.FAILED], "the pass is taken back, not a flap"
     failed = [n for n in harness.notifications() if n["attributes"]["kind"] == "node-failed"]
-    assert [n["subject"] for n in failed] == [f"hyperpod-dhc: {late} failed (its pass is reversed)"]
+    host = record.hostname.split(".")[0]
+    assert [n["subject"] for n in failed] == [f"hyperpod-dhc: {host} ({iid}) on demo failed (its pass is reversed)"]
     harness.run_until(lambda: harness.records("demo")[late].state == NodeState.PASSED, horizon_s=6 * 3600)
     assert harness.records("demo")[late].attempts == 1, "rebooted once, then checked again and passed"
 

@@ -11,6 +11,7 @@ import pytest
 from moto import mock_aws
 
 from deephealth.adapters.notifications import Notifier
+from deephealth.domain.runbooks import notification_runbook
 
 REGION = "us-east-1"
 DETAIL = {"node": "lid-1", "instance_id": "i-0abc", "hostname": "ip-10-1-2-3", "evidence": ["result log: XID 79"]}
@@ -41,7 +42,10 @@ def test_a_queue_subscriber_gets_the_machine_readable_json_and_the_filter_attrib
     Notifier(arn).publish("node-failed", "ml-cluster", "gpu", "hyperpod-dhc: lid-1 failed", DETAIL, route="oncall")
     (body,) = received(sqs, queues["envelope"])
     envelope = json.loads(body)
-    assert json.loads(envelope["Message"]) == {"kind": "node-failed", "cluster": "ml-cluster", "group": "gpu", **DETAIL}
+    runbook = notification_runbook("node-failed")
+    assert json.loads(envelope["Message"]) == {
+        "kind": "node-failed", "cluster": "ml-cluster", "group": "gpu", "runbook": runbook, **DETAIL
+    }  # fmt: skip
     assert envelope["Subject"] == "hyperpod-dhc: lid-1 failed"
     attributes = {k: v["Value"] for k, v in envelope["MessageAttributes"].items()}
     assert attributes == {"kind": "node-failed", "cluster": "ml-cluster", "group": "gpu", "route": "oncall"}
@@ -75,4 +79,7 @@ def test_a_message_that_cannot_be_worded_is_still_published_as_the_machine_json(
     arn, sqs, queues = topic
     Notifier(arn).publish("node-failed", "ml-cluster", "gpu", "hyperpod-dhc: lid-1 failed", DETAIL)
     envelope = json.loads(received(sqs, queues["envelope"])[0])
-    assert json.loads(envelope["Message"]) == {"kind": "node-failed", "cluster": "ml-cluster", "group": "gpu", **DETAIL}
+    runbook = notification_runbook("node-failed")
+    assert json.loads(envelope["Message"]) == {
+        "kind": "node-failed", "cluster": "ml-cluster", "group": "gpu", "runbook": runbook, **DETAIL
+    }  # fmt: skip

@@ -40,6 +40,12 @@ def test_a_bad_ami_trips_the_breaker_which_stops_every_action_until_an_operator_
     def inspect(twin):
         status, breakers = twin.api("GET", "/clusters/badami/breakers")
         assert status == 200
+        # What `hpdhc status` shows of them: the same breaker and holds as the breakers route, per cluster and group.
+        (listed,) = twin.api("GET", "/clusters")[1]["clusters"]
+        groups = twin.api("GET", "/clusters/badami/groups")[1]
+        for view in (listed, groups):
+            assert view["breaker"] == {k: breakers["breaker"][k] for k in ("open", "tripped")}
+            assert view["capacity_holds"] == breakers["capacity_holds"]
         alerts = twin.notifications()
         return {"breakers": breakers, "alerts": alerts, "actions": list(twin.sim.actions)}
 

@@ -12,11 +12,13 @@ from deephealth.domain.messages import (
     SUBJECT_MAX,
     SUMMARIES,
     TITLE_MAX,
+    node_subject,
     render,
 )
 from deephealth.domain.nodes import NodeRecord, NodeState, Verdict, transition
 from deephealth.domain.notices import notices
 from deephealth.domain.policy import NOTIFICATION_KINDS
+from deephealth.domain.runbooks import RUNBOOKS_URL, notification_runbook
 
 T = 1_000.0
 CLUSTER, GROUP = "ml-cluster", "gpu-workers"
@@ -144,26 +146,85 @@ def test_each_kind_says_what_happened_first_in_the_mail_and_the_chat_title(kind)
 def test_each_kind_keeps_its_machine_readable_json_for_queues_functions_and_webhooks(kind):
     _, detail, group = published(kind)
     _, doc = rendered(kind)
-    machine = json.loads(json.dumps({"kind": kind, "cluster": CLUSTER, "group": group, **detail}, default=str))
+    machine = {"kind": kind, "cluster": CLUSTER, "group": group, "runbook": notification_runbook(kind), **detail}
+    machine = json.loads(json.dumps(machine, default=str))
     assert json.loads(doc["default"]) == machine  # every protocol without a key of its own: SQS, Lambda, HTTP...
     assert set(doc) == {"default", "email", "https"}
     context = chat(doc)["metadata"]["additionalContext"]
     assert all(isinstance(v, str) for v in context.values())  # the schema's string-to-string map
-    assert (context["kind"], context["cluster"], context["group"]) == (kind, CLUSTER, group)
+    assert (context["kind"], context["cluster"], context["group"], context["runbook"]) == (
+        kind, CLUSTER, group, notification_runbook(kind)
+    )  # fmt: skip
     assert json.loads(context["detail"]) == machine
     # The plain text ends with the same JSON, for whoever reads the mail with a script.
     assert json.loads(doc["email"].split("\n\n", 1)[1]) == machine
 
 
+@pytest.mark.parametrize("kind", NOTIFICATION_KINDS)
+def test_each_kind_links_its_runbook_section_in_the_mail_and_the_chat(kind):
+    _, doc = rendered(kind)
+    link = notification_runbook(kind)
+    assert link == f"{RUNBOOKS_URL}#notification-{kind}"
+    assert f"Runbook: {link}" in doc["email"].split("\n\n", 1)[0].splitlines()  # in the text, above the JSON
+    assert chat(doc)["content"]["description"].endswith(f"Runbook: {link}")
+
+
+def test_a_long_chat_description_is_cut_above_the_runbook_link():
+    evidence = [f"line {i} " + "x" * 990 for i in range(10)]
+    _, doc = rendered("node-failed", detail={"node": LID, "evidence": evidence, "note": "y" * 1000})
+    description = chat(doc)["content"]["description"]
+    assert len(description) <= DESCRIPTION_MAX and "…" in description
+    assert description.endswith(f"Runbook: {notification_runbook('node-failed')}")
+
+
+NODE_DETAIL = {"node": LID, "instance_id": IID, "hostname": "ip-10-1-2-3"}
+
+
+def test_a_node_subject_names_the_host_the_instance_and_the_cluster():
+    assert node_subject("quarantined", CLUSTER, NODE_DETAIL) == (
+        "hyperpod-dhc: ip-10-1-2-3 (i-0abc123def4567890) on ml-cluster quarantined"
+    )
+    # No host name yet (an older record): the node's key names it; no instance: nothing in parentheses.
+    assert node_subject("quarantined", CLUSTER, {**NODE_DETAIL, "hostname": None}) == (
+        f"hyperpod-dhc: {LID} (i-0abc123def4567890) on ml-cluster quarantined"
+    )
+    assert node_subject("quarantined", CLUSTER, {"node": LID}) == f"hyperpod-dhc: {LID} on ml-cluster quarantined"
+
+
+@pytest.mark.parametrize(
+    ("cluster", "host"),
+    [("c" * 63, "ip-10-1-2-3"), ("ml-cluster", "h" * 63), ("c" * 63, "h" * 63)],
+    ids=["long-cluster", "long-host", "both-long"],
+)
+def test_a_node_subject_fits_sns_keeping_the_instance_and_what_happened(cluster, host):
+    subject = node_subject("inconclusive (its pass is reversed)", cluster, {**NODE_DETAIL, "hostname": host})
+    assert len(subject) == SUBJECT_MAX
+    assert subject.startswith("hyperpod-dhc: ") and subject.endswith(f"({IID}) on {subject.split(' on ')[-1]}")
+    assert f"({IID}) on " in subject and subject.endswith(" inconclusive (its pass is reversed)")
+    name, shown_cluster = subject.removeprefix("hyperpod-dhc: ").split(f" ({IID}) on ")
+    shown_cluster = shown_cluster.removesuffix(" inconclusive (its pass is reversed)")
+    assert name == host or (name.endswith("…") and host.startswith(name[:-1]))
+    assert shown_cluster == cluster or (shown_cluster.endswith("…") and cluster.startswith(shown_cluster[:-1]))
+    assert len(name) >= 10 and len(shown_cluster) >= 10  # neither is squeezed out by the other
+
+
+@pytest.mark.parametrize("kind", sorted(NODE))
+def test_each_node_notification_subject_names_the_host_the_instance_and_the_cluster(kind):
+    subject, _ = NODE[kind]()
+    assert subject.startswith(f"hyperpod-dhc: ip-10-1-2-3 ({IID}) on {CLUSTER} "), subject
+    assert rendered(kind)[0].subject == subject
+
+
 def test_a_failure_reads_like_an_incident_line_in_the_mail():
     out, doc = rendered("node-failed")
-    assert out.subject == f"hyperpod-dhc: {LID} failed its deep health check"
+    assert out.subject == "hyperpod-dhc: ip-10-1-2-3 (i-0abc123def4567890) on ml-cluster failed its deep health check"
     lines = doc["email"].splitlines()
     assert lines[0] == "FAILED InstanceStress (dcgm): ip-10-1-2-3 (i-0abc123def4567890) in ml-cluster/gpu-workers"
     assert lines[1] == f"> {XID}"
     assert lines[2] == "Decision: judged failed"
     assert lines[3] == f"hpdhc history ml-cluster {LID}"
-    assert lines[4] == ""
+    assert lines[4] == f"Runbook: {notification_runbook('node-failed')}"
+    assert lines[5] == ""
 
 
 def test_a_failure_is_a_chatbot_custom_notification():
@@ -233,7 +294,9 @@ def test_a_detail_of_an_unexpected_shape_never_stops_the_publish(kind, detail):
     first = doc["email"].splitlines()[0]
     assert first and out.subject == "hyperpod-dhc: something happened"
     assert chat(doc)["content"]["title"] == first
-    assert json.loads(doc["default"]) == {"kind": kind, "cluster": CLUSTER, "group": GROUP, **detail}
+    runbook = notification_runbook(kind)
+    machine = {"kind": kind, "cluster": CLUSTER, "group": GROUP, "runbook": runbook, **detail}
+    assert json.loads(doc["default"]) == machine
 
 
 def test_an_unknown_shape_gets_a_generic_line_quoting_the_kind():
@@ -252,7 +315,9 @@ def test_long_texts_are_cut_to_the_limits_with_an_ellipsis():
     content = chat(doc)["content"]
     assert len(content["title"]) == TITLE_MAX and content["title"].endswith("…")
     assert len(content["description"]) <= DESCRIPTION_MAX
-    assert content["description"].endswith(f"…\n`hpdhc history ml-cluster {LID}`")  # whole lines, the command kept
+    # Whole lines, the command and the runbook kept.
+    runbook = notification_runbook("node-failed")
+    assert content["description"].endswith(f"…\n`hpdhc history ml-cluster {LID}`\nRunbook: {runbook}")
     assert content["description"].count("```") % 2 == 0
     assert all(len(k) <= KEYWORD_MAX for k in content["keywords"])
     assert len(out.message.encode()) <= MESSAGE_BUDGET_BYTES

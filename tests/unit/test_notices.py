@@ -47,7 +47,7 @@ def test_a_pass_after_a_recovery_is_a_recovered_node():
     assert kinds(found) == [None, "node-recovered"]
     recovered = found[1]
     assert recovered.metrics == (Metric("NodesRecovered"),)
-    assert recovered.subject == "hyperpod-dhc: node-1 recovered"
+    assert recovered.subject == "hyperpod-dhc: node-1 (i-0123456789abcdef0) on c1 recovered"
     assert recovered.detail == {
         "node": "node-1",
         "instance_id": "i-0123456789abcdef0",
@@ -81,7 +81,7 @@ def test_a_failed_check_tells_the_group_without_a_metric_of_its_own(verdict):
     assert kinds(found) == [None, "node-failed"]
     assert found[0].metrics == (Metric(f"Verdict_{verdict.value}"),)
     assert found[1].metrics == ()
-    assert found[1].subject == "hyperpod-dhc: node-1 failed its deep health check"
+    assert found[1].subject == "hyperpod-dhc: node-1 (i-0123456789abcdef0) on c1 failed its deep health check"
     assert found[1].detail["evidence"] == ["GPU 3: XID 79"]
 
 
@@ -90,7 +90,7 @@ def test_a_failure_that_quarantines_sends_the_failure_then_the_quarantine():
     found = notices(record, decision)
     assert kinds(found) == [None, "node-failed", "node-quarantined"]
     assert found[2].metrics == (Metric("NodesQuarantined"),)
-    assert found[2].subject == "hyperpod-dhc: node-1 quarantined"
+    assert found[2].subject == "hyperpod-dhc: node-1 (i-0123456789abcdef0) on c1 quarantined"
     assert all(n.cluster == "c1" and n.group == "gpu" for n in found)
 
 
@@ -100,7 +100,7 @@ def test_an_inconclusive_node_needs_an_operator():
     assert kinds(found) == [None, "node-inconclusive"]
     assert found[0].metrics == (Metric("Verdict_inconclusive"),)
     assert found[1].metrics == (Metric("NodesInconclusive"),)
-    assert found[1].subject == "hyperpod-dhc: node-1 inconclusive, needs an operator"
+    assert found[1].subject == "hyperpod-dhc: node-1 (i-0123456789abcdef0) on c1 inconclusive, needs an operator"
 
 
 def test_entering_quarantine_without_a_verdict_is_announced():

@@ -16,6 +16,10 @@ def test_the_bridge_and_the_controller_share_prefix_features_and_bounds():
     assert client.SLURM_STATE_PAGE == domain.MAX_STATE_PAGE and client.SLURM_PAGE == domain.MAX_REPORTED_NODES
 
 
+def test_the_cli_offers_every_node_state_the_api_filters_on():
+    assert tuple(state.value for state in NodeState) == client.NODE_STATES
+
+
 def test_every_desired_state_the_controller_can_say_is_one_the_bridge_accepts():
     iid = "i-0000000000000000a"
     passed = [Outcome(at=1.0, verdict=Verdict.PASSED, instance_id=iid)]

@@ -323,7 +323,7 @@ class StubClient(OperatorClient):
 
     calls: list[tuple[str, dict]] = []
 
-    def __init__(self, endpoint=None, *args: object) -> None:
+    def __init__(self, endpoint=None, *args: object, **kwargs: object) -> None:
         self.endpoint = endpoint or "http://127.0.0.1:1/v1"
 
     def _credentials(self):

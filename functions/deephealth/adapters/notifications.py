@@ -14,6 +14,7 @@ from typing import Any
 from deephealth.adapters import aws
 from deephealth.domain.messages import render
 from deephealth.domain.policy import NOTIFICATION_KINDS as KINDS
+from deephealth.domain.runbooks import notification_runbook
 from deephealth.observability import logger
 
 
@@ -39,7 +40,10 @@ class Notifier:
             rendered = render(kind, cluster, group, subject, detail)
         except Exception:  # a message that cannot be worded must not fail the round that decided it
             logger.exception("notification rendering failed; publishing the machine JSON alone", extra={"kind": kind})
-            machine = json.dumps({"kind": kind, "cluster": cluster, "group": group, **detail}, default=str)
+            machine = json.dumps(
+                {"kind": kind, "cluster": cluster, "group": group, "runbook": notification_runbook(kind), **detail},
+                default=str,
+            )
             sns.publish(TopicArn=self._topic, Subject=subject[:100], Message=machine, MessageAttributes=attributes)
             return
         sns.publish(

@@ -2,17 +2,17 @@
 
 - ``email``: plain text. The first line says what happened, to which node (host name and
   instance id) and where (``cluster/group``); then the evidence, quoted (``> ``); then the ``hpdhc`` command to
-  look further (``hpdhc history <cluster> <node>`` for a node: there is no web console); then the
-  machine-readable JSON.
+  look further (``hpdhc history <cluster> <node>`` for a node: there is no web console); then the link to the
+  kind's runbook (docs/RUNBOOKS.md, ``deephealth.domain.runbooks``); then the machine-readable JSON.
 - ``https``: an AWS Chatbot (Amazon Q Developer in chat applications) custom notification, the only payload
   Chatbot posts to Slack or Teams (``version`` 1.0, ``source`` custom, ``content`` in client markdown,
   ``metadata``). A generic HTTPS webhook receives the same JSON as the ``Message`` of the SNS envelope: the
   machine-readable fields are in ``metadata.additionalContext`` (string values, as the schema requires: ``kind``,
-  ``cluster``, ``group``, ``node`` and ``instance_id`` when there is one, and ``detail``, the JSON text of the
-  detail).
-- ``default``: the machine-readable JSON, as it was published before (kind, cluster, group and the detail): every
-  protocol without a key of its own gets it (SQS, Lambda, HTTP, Firehose, email-json), so queue, function and
-  stream subscribers read what they always read, and it is the one full copy the 256 KiB hold.
+  ``cluster``, ``group``, ``runbook``, ``node`` and ``instance_id`` when there is one, and ``detail``, the JSON text
+  of the detail); the description ends with the commands and the runbook link.
+- ``default``: the machine-readable JSON, as it was published before (kind, cluster, group, runbook and the
+  detail): every protocol without a key of its own gets it (SQS, Lambda, HTTP, Firehose, email-json), so queue,
+  function and stream subscribers read what they always read, and it is the one full copy the 256 KiB hold.
 
 Rendering never raises on a detail of an unexpected shape: a kind (or shape) it cannot summarise gets a generic
 first line that quotes the kind. Limits: SNS takes a message of at most 256 KiB and a subject of at most 100
@@ -28,6 +28,8 @@ import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from deephealth.domain.runbooks import notification_runbook
 
 PREFIX = "hyperpod-dhc: "
 SUBJECT_MAX = 100
@@ -92,6 +94,20 @@ def node_label(d: Mapping[str, Any]) -> str:
     node, iid, host = d.get("node"), d.get("instance_id"), d.get("hostname")
     name = host or node or iid or "a node"
     return f"{name} ({iid})" if iid and iid != name else str(name)
+
+
+def node_subject(what: str, cluster: str, d: Mapping[str, Any]) -> str:
+    """A node notification's subject: ``hyperpod-dhc: ip-10-1-2-3 (i-0abc…) on ml-cluster failed …``, within SNS's
+    100 characters. The prefix, ``what`` and the instance id stay whole (the id is what the console and the CLI
+    find); a long cluster or host name is cut, the longer one first, each keeping at least half the room left."""
+    iid, name = d.get("instance_id"), d.get("hostname") or d.get("node") or d.get("instance_id") or "a node"
+    ids = f" ({iid})" if iid and iid != name else ""
+    room = SUBJECT_MAX - len(f"{PREFIX}{ids} on  {what}")
+    name, cluster = str(name), str(cluster)
+    if len(name) + len(cluster) > room:
+        name = clip(name, max(room // 2, room - len(cluster)))
+        cluster = clip(cluster, max(room - len(name), 1))
+    return clip(f"{PREFIX}{name}{ids} on {cluster} {what}", SUBJECT_MAX)
 
 
 def _checks(d: Mapping[str, Any]) -> str:
@@ -282,8 +298,8 @@ def commands(kind: str, cluster: str, group: str, detail: Mapping[str, Any]) -> 
     return history or [f"hpdhc status --cluster {c}"]
 
 
-def plain_text(first: str, lines: list[Line], cmds: list[str], machine: str) -> str:
-    text = [first, *(f"> {line.text}" if line.quoted else line.text for line in lines), *cmds]
+def plain_text(first: str, lines: list[Line], cmds: list[str], runbook: str, machine: str) -> str:
+    text = [first, *(f"> {line.text}" if line.quoted else line.text for line in lines), *cmds, f"Runbook: {runbook}"]
     return "\n".join(text) + "\n\n" + machine
 
 
@@ -293,7 +309,8 @@ def chatbot(
     """The AWS Chatbot custom notification (schema version 1.0)."""
     # The commands are in the description (a nextSteps list would repeat them) and always fit: the lines above
     # them stop, whole, where the description would run over.
-    tail = "\n".join(f"`{cmd}`" for cmd in cmds)
+    runbook = notification_runbook(kind)
+    tail = "\n".join([*(f"`{cmd}`" for cmd in cmds), f"Runbook: {runbook}"])
     room = DESCRIPTION_MAX - len(tail) - 2
     parts: list[str] = []
     for line in lines:
@@ -304,7 +321,7 @@ def chatbot(
             break
         parts.append(text)
     parts.append(tail)
-    context = {"kind": kind, "cluster": cluster, "group": group}
+    context = {"kind": kind, "cluster": cluster, "group": group, "runbook": runbook}
     for key in ("node", "instance_id"):
         if isinstance(detail.get(key), str) and detail[key]:
             context[key] = detail[key]
@@ -374,13 +391,14 @@ def shrunk(detail: Mapping[str, Any], items: int, chars: int = 1000) -> dict[str
 
 def render(kind: str, cluster: str, group: str, subject: str, detail: Mapping[str, Any]) -> Rendered:
     """The subject and the MessageStructure=json document of one notification, within SNS's limits."""
-    machine = {"kind": kind, "cluster": cluster, "group": group, **detail}
+    runbook = notification_runbook(kind)
+    machine = {"kind": kind, "cluster": cluster, "group": group, "runbook": runbook, **detail}
     first = summary(kind, cluster, group, subject, detail)
     lines, cmds = body(kind, detail), commands(kind, cluster, group, detail)
     # People read the first SHOWN_ITEMS of a list (the text says how many more); machines get it all, cut only when
     # the one machine copy would not fit.
     for_people = shrunk(machine, SHOWN_ITEMS)
-    email = plain_text(first, lines, cmds, json.dumps(for_people, default=str, indent=2))
+    email = plain_text(first, lines, cmds, runbook, json.dumps(for_people, default=str, indent=2))
     https = json.dumps(chatbot(kind, cluster, group, first, lines, cmds, for_people), default=str)
     message = ""
     for items in (None, 100, SHOWN_ITEMS, 0):

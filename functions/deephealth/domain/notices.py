@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from deephealth.domain.messages import node_subject
 from deephealth.domain.nodes import JOB_WON, Decision, NodeRecord, NodeState, Verdict, revalidated, short_hostname
 from deephealth.domain.slurm import failed_test
 
@@ -58,14 +59,14 @@ def notices(record: NodeRecord, decision: Decision) -> list[Notice]:
             metrics.append(Metric("ReadyToVerdictSeconds", record.verdict_at - record.ready_at, "Seconds"))
         found.append(Notice(cluster, group, tuple(metrics)))
         if decision.to_state == NodeState.PASSED and record.attempts:
-            subject = f"hyperpod-dhc: {record.key} recovered"
+            subject = node_subject("recovered", cluster, detail)
             found.append(Notice(cluster, group, (Metric("NodesRecovered"),), "node-recovered", subject, detail))
         elif decision.verdict in (Verdict.FAILED, Verdict.REPLACED_BY_HYPERPOD):
-            subject = f"hyperpod-dhc: {record.key} failed its deep health check"
+            subject = node_subject("failed its deep health check", cluster, detail)
             reversal: tuple[Metric, ...] = ()
             if decision.from_state == NodeState.PASSED:
                 # A failure line that arrived after the pass: the node was back in service on a wrong verdict.
-                subject = f"hyperpod-dhc: {record.key} failed (its pass is reversed)"  # SNS keeps 100 characters
+                subject = node_subject("failed (its pass is reversed)", cluster, detail)
                 reversal = (Metric("VerdictsReversed"),)
             found.append(Notice(cluster, group, reversal, "node-failed", subject, detail))
     if decision.verdict is not None and revalidated(record):
@@ -74,14 +75,14 @@ def notices(record: NodeRecord, decision: Decision) -> list[Notice]:
         found.append(Notice(cluster, group, (Metric("RevalidationDeferredByJob"),)))
     entered = decision.to_state if decision.from_state != decision.to_state else None
     if entered == NodeState.QUARANTINED:
-        subject = f"hyperpod-dhc: {record.key} quarantined"
+        subject = node_subject("quarantined", cluster, detail)
         found.append(Notice(cluster, group, (Metric("NodesQuarantined"),), "node-quarantined", subject, detail))
     elif entered == NodeState.INCONCLUSIVE:
         # Missing evidence never leads to an action; it leads to a person.
-        subject = f"hyperpod-dhc: {record.key} inconclusive, needs an operator"
+        subject = node_subject("inconclusive, needs an operator", cluster, detail)
         inconclusive: tuple[Metric, ...] = (Metric("NodesInconclusive"),)
         if decision.from_state == NodeState.PASSED:
-            subject = f"hyperpod-dhc: {record.key} inconclusive (its pass is reversed)"
+            subject = node_subject("inconclusive (its pass is reversed)", cluster, detail)
             inconclusive += (Metric("VerdictsReversed"),)
         found.append(Notice(cluster, group, inconclusive, "node-inconclusive", subject, detail))
     return found

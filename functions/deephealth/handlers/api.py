@@ -33,14 +33,17 @@ OPENAPI_TITLE, OPENAPI_VERSION = "hyperpod-dhc operator API", "1"
 Cluster = Annotated[str, Path(pattern=GROUP_NAME_PATTERN, description="HyperPod cluster name")]
 
 
-@app.get("/clusters", summary="Every watched cluster with node counts by state")
+@app.get("/clusters", summary="Every watched cluster with node counts by state, open breaker and holds")
 def list_clusters() -> dict[str, Any]:
     return {"clusters": operator_views.list_clusters(CONTEXT)}
 
 
-@app.get("/clusters/<cluster>/groups", summary="Per instance group: states, current round, progress, GPU-hours")
+@app.get(
+    "/clusters/<cluster>/groups",
+    summary="Per instance group: states, current round, progress, GPU-hours; open breaker, holds",
+)
 def list_groups(cluster: Cluster) -> dict[str, Any]:
-    return {"cluster": cluster, "groups": operator_views.list_groups(CONTEXT, cluster)}
+    return {"cluster": cluster, **operator_views.list_groups(CONTEXT, cluster)}
 
 
 @app.get("/clusters/<cluster>/nodes", summary="Per node: state, verdict, evidence, attempts, timings (paginated)")

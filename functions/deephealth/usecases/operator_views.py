@@ -18,25 +18,42 @@ from deephealth.domain.views import group_views, node_detail, node_summary, stat
 from deephealth.evidence.attribute import SKEW_MAX_S, Ownership
 from deephealth.evidence.capture import Capture
 from deephealth.evidence.rules import merge_patterns
-from deephealth.usecases.context import Context
+from deephealth.usecases.context import ClusterView, Context
 
 CAPTURE_MAX_EVENTS = 5000  # a captured check's events (its own stream first): well under the API's 6 MB answer
 
 
 def list_clusters(ctx: Context) -> list[dict[str, Any]]:
-    return [
-        {
-            "cluster": name,
-            "states": state_counts(list(ctx.shown(name).records.values())),
-            "live_round": ctx.live_round(name),
-        }
-        for name in ctx.cluster_names()
-    ]
+    clusters = []
+    for name in ctx.cluster_names():
+        view = ctx.shown(name)
+        clusters.append(
+            {
+                "cluster": name,
+                "states": state_counts(list(view.records.values())),
+                "live_round": ctx.live_round(name),
+                **stopped(ctx, view),
+            }
+        )
+    return clusters
 
 
-def list_groups(ctx: Context, cluster: str) -> list[dict[str, Any]]:
+def list_groups(ctx: Context, cluster: str) -> dict[str, Any]:
+    """The cluster's groups, and what stops its recovery (`stopped`): status shows both."""
     ctx.known_cluster(cluster)
-    return group_views(list(ctx.shown(cluster).records.values()), ctx.live_round(cluster))
+    view = ctx.shown(cluster)
+    return {"groups": group_views(list(view.records.values()), ctx.live_round(cluster)), **stopped(ctx, view)}
+
+
+def stopped(ctx: Context, view: ClusterView) -> dict[str, Any]:
+    """What stops the cluster's recovery until an operator resets it: its breaker when open (`get_breakers`'
+    `breaker.open` and `breaker.tripped`) and its bad-capacity holds per group (as `get_breakers` has them)."""
+    state = ctx.safety(view.info)
+    tripped = state.breaker.model_dump() if state.breaker else None
+    return {
+        "breaker": {"open": tripped is not None, "tripped": tripped},
+        "capacity_holds": {g: t.model_dump() for g, t in sorted(state.capacity_holds.items())},
+    }
 
 
 def list_nodes(
