@@ -70,8 +70,6 @@ class RoundMeta:
     # When an event last said a node of the cluster changed (Intake): a live round's poll then looks at the whole
     # cluster, not only its members.
     changed_at: float | None = None
-    # When the cluster was last listed whole, by a round or by a look for arrivals (usecases/record_arrivals).
-    arrivals_looked_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -444,7 +442,6 @@ def _round_meta(item: dict[str, Any]) -> RoundMeta:
         lease_expires_at=float(item.get("lease_expires_at", 0)),
         check_requested=item.get("check_requested"),
         changed_at=float(item["changed_at"]) if "changed_at" in item else None,
-        arrivals_looked_at=float(item["arrivals_looked_at"]) if "arrivals_looked_at" in item else None,
     )
 
 

@@ -26,9 +26,7 @@ def poll_check(ctx: Context, state: RoundState) -> RoundState:
     to look again. The round ends only after a look at the whole cluster has found no member left in the check."""
     now, meta = ctx.renewed(state)
     observed_at = state.observed_at
-    # A look for arrivals listed the whole cluster too: its listing counts against the 5-minute spacing.
-    listed_at = max((t for t in (observed_at, meta.arrivals_looked_at) if t is not None), default=None)
-    full = state.window is None or whole_look_due(listed_at, meta.changed_at, state.acting > 0, now)
+    full = state.window is None or whole_look_due(observed_at, meta.changed_at, state.acting > 0, now)
     # Nodes an earlier round left settling (below): their lines are due now, and only a whole look judges them.
     full = full or (state.judge_at is not None and now >= state.judge_at)
     ask = operations_look_due(state.operations_at, now)

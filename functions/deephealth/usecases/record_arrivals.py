@@ -4,8 +4,9 @@ A live round's polls look at its members, and at the whole cluster only when its
 that became ready meanwhile would go unrecorded (out of `hpdhc nodes`, the Slurm bridge's document and the
 ready-to-verdict clock) for as long as the check runs. This look writes new records only, never one that exists:
 the round owns those, and a look that judged them could race it. Intake runs it on a readiness event, Reconcile
-on every pass over a live cluster. A cluster is listed whole at most every 5 minutes, whoever lists it: the round's
-own whole looks take the same turn (`NodeTable.claim_arrivals_look`, `note_whole_look`)."""
+on every pass over a live cluster; at most once per 5 minutes, and not within 5 minutes of the round's own whole
+look (`NodeTable.claim_arrivals_look`, `note_whole_look`). The round's polls keep their own spacing: a look for
+arrivals does not judge, so it never stands in for theirs."""
 
 from __future__ import annotations
 
