@@ -15,8 +15,8 @@ export AWS_DEFAULT_REGION ?= us-east-1
 .PHONY: install oldest-python slurm browser test lint unit integration infra simulation bridge synth plan deploy destroy deploy-moto demo bench bench-slurm coldstart faults fidelity openapi clean
 
 # The dev venv: the pinned stack (`dev` group and `lambda` extra), the operator CLI `hpdhc` as an operator gets it (editable: its
-# one dependency, boto3, is already in the group), and a .pth putting the repository root and functions/ on the
-# venv's path, so `python -m infra.app`, `python -m tests.twin`, `python -m tests.bench.run` and
+# one dependency, boto3, is already in the group), and a .pth putting the repository root, functions/ and infra/ (the
+# two portions of the hyperpod_dhc namespace) on the venv's path, so `python -m hyperpod_dhc.infra.app`, `python -m tests.twin`, `python -m tests.bench.run` and
 # `hpdhc simulate` work from $(VENV) without packaging the Lambda code, the CDK app or the tests.
 $(VENV)/.installed: pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,7 @@ $(VENV)/.installed: pyproject.toml Makefile
 	# One resolve: the dev group, hpdhc (editable) and the `lambda` extra (the functions' run-time pins, the layer's).
 	$(PY) -m pip install -q --disable-pip-version-check --group dev -e ".[lambda]"
 	rm -rf hyperpod_dhc.egg-info functions/*.egg-info  # setuptools' build leftovers (functions/ is also the Lambda asset)
-	$(PY) -c 'import pathlib, sys, sysconfig; pathlib.Path(sysconfig.get_path("purelib"), "$(DEV_PTH)").write_text("".join(p + "\n" for p in sys.argv[1:]))' "$(CURDIR)" "$(CURDIR)/functions"
+	$(PY) -c 'import pathlib, sys, sysconfig; pathlib.Path(sysconfig.get_path("purelib"), "$(DEV_PTH)").write_text("".join(p + "\n" for p in sys.argv[1:]))' "$(CURDIR)" "$(CURDIR)/functions" "$(CURDIR)/infra"
 	touch $@
 
 $(CDK):
@@ -96,7 +96,7 @@ lint: install
 	$(VENV)/bin/ruff check infra functions tests
 	$(VENV)/bin/ruff format --check infra functions tests
 	$(VENV)/bin/mypy functions infra tests/harness tests/twin  # strict on functions/ (pyproject.toml)
-	$(VENV)/bin/mypy --python-version 3.10 -p hpdhc -p deephealth.evidence  # what runs on the oldest Python (requires-python)
+	$(VENV)/bin/mypy --python-version 3.10 -p hyperpod_dhc.hpdhc -p hyperpod_dhc.deephealth.evidence  # what runs on the oldest Python (requires-python)
 
 test: install lint
 	$(PY) -m pytest -n 2 --dist loadgroup
@@ -148,17 +148,17 @@ faults: install
 fidelity: install
 	$(PY) -m tests.twin.fidelity --jobs 2 $(ARGS)
 
-# Rewrites infra/openapi.json from the Api handler's routes (tests fail while it is stale).
+# Rewrites infra/hyperpod_dhc/infra/openapi.json from the Api handler's routes (tests fail while it is stale).
 openapi: install
 	TABLE_NAME=- CONFIG_PARAMETER_NAME=- ROUND_STATE_MACHINE_ARN=arn:aws:states:us-east-1:123456789012:stateMachine:- \
-	  $(PY) -c "from deephealth.handlers.api import openapi_json; print(openapi_json(), end='')" > infra/openapi.json
+	  $(PY) -c "from hyperpod_dhc.deephealth.handlers.api import openapi_json; print(openapi_json(), end='')" > infra/hyperpod_dhc/infra/openapi.json
 
 # Synthesizes offline (no AWS account): the dependency layer is built by local pip, not Docker.
 synth: install
-	$(CDK) synth --quiet --app "$(PY) -m infra.app"
+	$(CDK) synth --quiet --app "$(PY) -m hyperpod_dhc.infra.app"
 	@ls cdk.out/*.template.json
 
-# Deploy to an AWS account: CONFIG (default deploy.toml, from infra/deploy.example.toml) says where and for which
+# Deploy to an AWS account: CONFIG (default deploy.toml, from infra/hyperpod_dhc/infra/deploy.example.toml) says where and for which
 # clusters. `plan` checks the whole file (no AWS call), the region, credentials, the clusters (they exist and are
 # Slurm) and CDK bootstrap, synthesizes and prints what it would create (or change, against a deployed stack),
 # changing nothing; `deploy` does the same, then `cdk deploy` of that assembly; `destroy` removes the stack (the nodes
@@ -166,7 +166,7 @@ synth: install
 # is not passed on: the region AWS_REGION, AWS_DEFAULT_REGION or the profile name must be deploy.toml's.
 CONFIG ?= deploy.toml
 plan deploy destroy: $(VENV)/.installed $(CDK)  # not `install`: deploying needs no Slurm nor Python 3.10
-	$(if $(CALLER_DEFAULT_REGION),,env -u AWS_DEFAULT_REGION) $(PY) -m infra.deploy $@ --config $(CONFIG) --cdk $(CDK) $(ARGS)
+	$(if $(CALLER_DEFAULT_REGION),,env -u AWS_DEFAULT_REGION) $(PY) -m hyperpod_dhc.infra.deploy $@ --config $(CONFIG) --cdk $(CDK) $(ARGS)
 
 # `make deploy`'s whole path (preflight, bootstrap, synth, asset publishing, change set, update, destroy) against
 # moto's server standing in for AWS, through AWS_ENDPOINT_URL; each step checked with boto3 (tests/deploy).

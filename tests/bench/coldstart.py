@@ -1,21 +1,20 @@
 """Cold-start import cost of each Lambda handler module, and the deployed sizes.
 
-For each handler module, N fresh interpreters run ``python -X importtime -c "import deephealth.handlers.<m>"``
-with ``PYTHONPATH=functions`` and dummy but valid settings: the module builds its settings and its Controller
-at import, as in a Lambda's init phase (no AWS call is made). Reported per handler, median over the runs:
-- the cumulative import time of the handler module's own line (and its minimum);
-- "import + first use": the wall time of the import plus what the first invocation builds before its first
-  AWS call (``FIRST_USE``): a lazy import moves its cost there, it does not remove it;
-- the CPU time of that interpreter (start-up, import, first use);
-- the three biggest imports: the cumulative time of each import our own modules make, by top-level
-  package, with the layer's direct dependencies (Powertools, boto3 with botocore, pydantic) counted apart
-  wherever they are imported (pydantic pulled in by Powertools' parser is pydantic's), so they never overlap.
-Runs are interleaved (run 1 of every handler, then run 2, ...), so a burst of load on a shared machine hits
-every handler alike; with ``--baseline DIR`` another ``functions/`` tree (e.g. from ``git archive HEAD
-functions``) is measured in the same interleaving, for a before/after table.
+For each handler module, N fresh interpreters run ``python -X importtime -c "import
+hyperpod_dhc.deephealth.handlers.<m>"`` with ``PYTHONPATH=functions`` and dummy but valid settings: the module builds
+its settings and its Controller at import, as in a Lambda's init phase (no AWS call is made). Reported per handler,
+median over the runs: - the cumulative import time of the handler module's own line (and its minimum); - "import + first
+use": the wall time of the import plus what the first invocation builds before its first AWS call (``FIRST_USE``): a
+lazy import moves its cost there, it does not remove it; - the CPU time of that interpreter (start-up, import, first
+use); - the three biggest imports: the cumulative time of each import our own modules make, by top-level package, with
+the layer's direct dependencies (Powertools, boto3 with botocore, pydantic) counted apart wherever they are imported
+(pydantic pulled in by Powertools' parser is pydantic's), so they never overlap. Runs are interleaved (run 1 of every
+handler, then run 2, ...), so a burst of load on a shared machine hits every handler alike; with ``--baseline DIR``
+another ``functions/`` tree (e.g. from ``git archive HEAD functions``) is measured in the same interleaving, for a
+before/after table.
 
-Sizes, unzipped: the function asset as ``infra/controller_functions.py`` packages it (``functions/``
-without what ``infra.controller_config.ASSET_EXCLUDE`` names: bytecode and the operator CLI), and the
+Sizes, unzipped: the function asset as ``infra/hyperpod_dhc/infra/controller_functions.py`` packages it (``functions/``
+without what ``hyperpod_dhc.infra.controller_config.ASSET_EXCLUDE`` names: bytecode and the operator CLI), and the
 dependency layer: the synthesized asset under ``cdk.out/`` when there is one, otherwise built the way the CDK
 app builds it (``PipInstall``: local pip, Linux ARM64, CPython 3.13 wheels) into ``.build/coldstart/`` and
 reused from there.
@@ -26,7 +25,7 @@ compiled is kept); the standard library is read from a bytecode cache compiled o
 
 ``--runtime``: the Lambda runtime's own Python (3.13, found as the CDK app finds it) imports each handler
 with the layer built the way the app builds it, once as source only and once with the bytecode the app
-compiles into it (``infra.lambda_assets.PipInstall``). The wheels are the x86_64 ones of the same
+compiles into it (``hyperpod_dhc.infra.lambda_assets.PipInstall``). The wheels are the x86_64 ones of the same
 pinned versions, because the deployed aarch64 layer cannot be imported on this machine. Our own code is
 compiled from source in both, as on Lambda.
 
@@ -75,7 +74,7 @@ FAMILIES = {
 # call (the table, the configuration reader's SSM client, SageMaker except for the Api, DynamoDB conditions).
 # A lazy import only moves its cost here; "import + first use" is what a cold invocation waits for.
 FIRST_USE = """
-from deephealth.adapters import aws
+from hyperpod_dhc.deephealth.adapters import aws
 aws.table(os.environ["TABLE_NAME"])
 {sagemaker}from aws_lambda_powertools.utilities import parameters
 parameters.SSMProvider()
@@ -133,7 +132,7 @@ def _by_package(root: _Node) -> dict[str, int]:
 
     def walk(node: _Node, bucket: str | None) -> None:
         top = node.name.split(".", 1)[0]
-        if top == "deephealth":  # our own modules: look at what they import
+        if top == "hyperpod_dhc":  # our own modules: look at what they import
             for child in node.children:
                 walk(child, None)
             return
@@ -206,7 +205,7 @@ def import_once(
     handler: str, functions: Path = FUNCTIONS_DIR, no_pyc: bool = False, runtime: Runtime | None = None
 ) -> Sample:
     """One fresh interpreter imports the handler module, then does what its first invocation does first."""
-    module = f"deephealth.handlers.{handler}"
+    module = f"hyperpod_dhc.deephealth.handlers.{handler}"
     first_use = FIRST_USE.format(sagemaker="" if handler == "api" else 'aws.client("sagemaker")\n')
     code = f"import os, time\nt0 = time.perf_counter()\nimport {module}\n{first_use}print(time.perf_counter() - t0)"
     python = runtime.python if runtime else sys.executable
@@ -241,7 +240,7 @@ def summarize(handler: str, samples: list[Sample]) -> dict:
     top = sorted(medians.items(), key=lambda kv: -kv[1])[:TOP_IMPORTS]
     median_ms = round(statistics.median(s.import_us for s in samples) / 1000, 1)
     return {
-        "module": f"deephealth.handlers.{handler}",
+        "module": f"hyperpod_dhc.deephealth.handlers.{handler}",
         "median_ms": median_ms,
         "min_ms": round(min(s.import_us for s in samples) / 1000, 1),
         "runs_ms": [round(s.import_us / 1000, 1) for s in samples],
@@ -264,7 +263,7 @@ def measure(handlers: list[str], runs: int, trees: dict[str, Path], no_pyc: bool
 
 def measure_runtime(handlers: list[str], runs: int) -> dict:
     """The runtime's Python importing each handler with the layer as source and with its bytecode, interleaved."""
-    from infra.lambda_assets import runtime_python
+    from hyperpod_dhc.infra.lambda_assets import runtime_python
 
     python = runtime_python()
     if python is None:
@@ -314,7 +313,7 @@ def asset_exclude() -> tuple[str, ...]:
     """What the CDK app leaves out of the function asset: glob patterns, each matched against a file's or a
     directory's name (``lambda_.Code.from_asset(functions/, exclude=ASSET_EXCLUDE)``)."""
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
-    from infra.controller_config import ASSET_EXCLUDE
+    from hyperpod_dhc.infra.controller_config import ASSET_EXCLUDE
 
     return ASSET_EXCLUDE
 
@@ -353,7 +352,7 @@ def build_layer(platform_tag: str | None = None) -> Path:
     """The layer bundle exactly as the CDK app's local bundler makes it (cached by its requirement list);
     `platform_tag` builds the same pinned versions for another platform, to import them here."""
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
-    from infra.lambda_assets import (
+    from hyperpod_dhc.infra.lambda_assets import (
         PIP_PLATFORM,
         PYTHON_VERSION,
         PipInstall,
@@ -472,8 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.runs < 1:
         parser.error("--runs must be at least 1")
     for tree in (args.functions, args.baseline):
-        if tree is not None and not (tree / "deephealth" / "handlers").is_dir():
-            parser.error(f"{tree} is not a functions/ tree (no deephealth/handlers)")
+        if tree is not None and not (tree / "hyperpod_dhc" / "deephealth" / "handlers").is_dir():
+            parser.error(f"{tree} is not a functions/ tree (no hyperpod_dhc/deephealth/handlers)")
     report = run(
         args.handler,
         args.runs,

@@ -89,7 +89,7 @@ def extract(scenario: Scenario, config: dict[str, Any]) -> Trace:
     horizon is measured for no controller either); then one duration per node from the seed's duration stream,
     in ready order, with its group's policy checks. On-start checks and jobs are left out: they draw from the
     duration stream, or cost time, and change neither when a node is ready nor what its check would take."""
-    from deephealth.domain.policy import parse_config
+    from hyperpod_dhc.deephealth.domain.policy import parse_config
     from tests.bench.naive import arrivals, create_cluster
     from tests.twin.simulation import SimulatedHyperPod
 

@@ -4,8 +4,8 @@ Reconcile every `reconcile_every_minutes`, and nothing changing.
     python -m tests.bench.idle [--nodes 10000] [--hours 1]
 
 The real handlers on the harness (moto, IAM enforced, the template as deployed), the bridge's real pass
-(`hpdhc.sync.sync_once`) against the real API route, a Slurm whose nodes are idle and labelled Passed. Every
-request is counted at its boundary and priced:
+(`hyperpod_dhc.hpdhc.sync.sync_once`) against the real API route, a Slurm whose nodes are idle and labelled Passed.
+Every request is counted at its boundary and priced:
 
 - DynamoDB: each request's read and write units from the items it returned or wrote (reads: 4 KB units, halved
   when eventually consistent; writes: 1 KB units, one more for an item the BySavedAt index holds);
@@ -120,7 +120,7 @@ def count_dynamodb_units() -> Units:
     controller client is built from (the cached clients are dropped so that they are rebuilt with the hooks)."""
     import boto3
 
-    from deephealth.adapters import aws
+    from hyperpod_dhc.deephealth.adapters import aws
     from tests.harness import moto_patches
 
     units = Units()
@@ -158,12 +158,12 @@ def count_dynamodb_units() -> Units:
 
 
 def run_idle(nodes: int, hours: float) -> IdleCost:
-    from deephealth.adapters.hyperpod import HyperPod
-    from deephealth.adapters.node_table import NodeTable
-    from deephealth.domain.nodes import NodeRecord, NodeState
-    from hpdhc.document import FEATURES, Memory
-    from hpdhc.scontrol import SlurmNode
-    from hpdhc.sync import sync_once
+    from hyperpod_dhc.deephealth.adapters.hyperpod import HyperPod
+    from hyperpod_dhc.deephealth.adapters.node_table import NodeTable
+    from hyperpod_dhc.deephealth.domain.nodes import NodeRecord, NodeState
+    from hyperpod_dhc.hpdhc.document import FEATURES, Memory
+    from hyperpod_dhc.hpdhc.scontrol import SlurmNode
+    from hyperpod_dhc.hpdhc.sync import sync_once
     from tests.bench.run import function_memory_mb
     from tests.fakes.hyperpod import Clock, FakeHyperPod, GroupSpec
     from tests.fakes.slurm_lock import FakeLock

@@ -185,7 +185,7 @@ class NaiveController:
         coalesce: bool = True,
         on_hour: Callable[[float, int], None] | None = None,
     ) -> None:
-        from deephealth.domain.policy import parse_config
+        from hyperpod_dhc.deephealth.domain.policy import parse_config
 
         self.scenario = scenario
         self.policy = parse_config(config)
@@ -464,7 +464,7 @@ def run_naive(scenario: Scenario, config: dict[str, Any], coalesce: bool = True)
 
 def on_start_scenario(scenario: Scenario, config: dict[str, Any]) -> Scenario:
     """The scenario with every group's on-start deep health checks set to the checks its policy names."""
-    from deephealth.domain.policy import parse_config
+    from hyperpod_dhc.deephealth.domain.policy import parse_config
 
     policy = parse_config(config)
     groups = tuple(

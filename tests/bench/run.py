@@ -50,7 +50,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
-from hpdhc.render import hm, table
+from hyperpod_dhc.hpdhc.render import hm, table
 from tests.twin.__main__ import REPO_ROOT
 
 SCENARIOS = ("bench-128", "bench-128-jobs", "bench-burst-500", "bench-1000", "bench-10000")
@@ -265,7 +265,7 @@ def node_measures(
 
 def median_check_s(scenario: Any, config: dict[str, Any]) -> float:
     """The median check duration of the scenario (uniform draws: the midpoint), for the groups' check types."""
-    from deephealth.domain.policy import parse_config
+    from hyperpod_dhc.deephealth.domain.policy import parse_config
 
     fixed = {
         "InstanceStress": 3600.0,

@@ -22,7 +22,7 @@ from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from hpdhc.render import table
+from hyperpod_dhc.hpdhc.render import table
 
 
 @dataclass

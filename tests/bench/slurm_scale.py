@@ -25,9 +25,9 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from hpdhc.document import FEATURES, Memory
-from hpdhc.scontrol import Scontrol, SlurmNode
-from hpdhc.sync import sync_once
+from hyperpod_dhc.hpdhc.document import FEATURES, Memory
+from hyperpod_dhc.hpdhc.scontrol import Scontrol, SlurmNode
+from hyperpod_dhc.hpdhc.sync import sync_once
 from tests.bridge import slurm_cluster as sc
 
 WAIT = "hpdhc:wait deep health check not passed yet, i-0; hpdhc history bench n"

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from hpdhc.scontrol import Scontrol, SlurmNode, parse_reservations
+from hyperpod_dhc.hpdhc.scontrol import Scontrol, SlurmNode, parse_reservations
 
 NODES = {"ip-10-0-0-1": "dev", "ip-10-0-0-2": "dev", "ip-10-0-0-3": "cpu"}  # node -> partition
 FEATURES = {"ip-10-0-0-1": "gpu,efa", "ip-10-0-0-2": "gpu,efa", "ip-10-0-0-3": ""}  # as slurm.conf sets them

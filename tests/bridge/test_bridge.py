@@ -14,11 +14,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hpdhc import bridge, cli, gate
-from hpdhc.bridge import load_partitions
-from hpdhc.client import ApiError, OperatorClient
-from hpdhc.document import FEATURES, Desired, Document, Memory
-from hpdhc.scontrol import (
+from hyperpod_dhc.hpdhc import bridge, cli, gate
+from hyperpod_dhc.hpdhc.bridge import load_partitions
+from hyperpod_dhc.hpdhc.client import ApiError, OperatorClient
+from hyperpod_dhc.hpdhc.document import FEATURES, Desired, Document, Memory
+from hyperpod_dhc.hpdhc.scontrol import (
     OWNED_PREFIX,
     Scontrol,
     SlurmError,
@@ -28,7 +28,7 @@ from hpdhc.scontrol import (
     parse_nodes,
     parse_reservations,
 )
-from hpdhc.sync import (
+from hyperpod_dhc.hpdhc.sync import (
     AWAITING,
     EXIT_API,
     changes,

@@ -17,13 +17,14 @@ FILES = sorted(CHECKS.glob("*.json"))
 
 def classify(*argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "hpdhc", "readings", "classify", *argv],
+        [sys.executable, "-m", "hyperpod_dhc.hpdhc", "readings", "classify", *argv],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
 
 
 def test_the_evidence_code_needs_no_pydantic():
-    code = "import sys, deephealth.evidence.capture, hpdhc.classify; print('pydantic' in sys.modules)"
+    imports = "hyperpod_dhc.deephealth.evidence.capture, hyperpod_dhc.hpdhc.classify"
+    code = f"import sys, {imports}; print('pydantic' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
 

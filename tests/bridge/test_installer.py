@@ -1,4 +1,4 @@
-"""The lifecycle snippet that installs the bridge (functions/hpdhc/lifecycle/install_slurm_bridge.sh)."""
+"""The lifecycle snippet that installs the bridge (functions/hyperpod_dhc/hpdhc/lifecycle/install_slurm_bridge.sh)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hpdhc import bridge, gate
+from hyperpod_dhc.hpdhc import bridge, gate
 from tests.bridge.slurm_cluster import SlurmCluster
 
 SNIPPET = Path(bridge.__file__).parent / "lifecycle" / "install_slurm_bridge.sh"

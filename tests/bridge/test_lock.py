@@ -1,8 +1,8 @@
-"""The controller's lock without a Slurm: which nodes it holds after a pass (hpdhc.lock.plan_lock), who may be locked
-(SlurmNode.claim / not_up / lockable), the reservation's node list (hostlist) and its writes (Scontrol.set_lock
-through a fake `scontrol`), the fence a document carries and what the bridge keeps of it (Memory), and how one pass
-writes the lock before the labels (sync_once). Imports hpdhc only: this file runs under the oldest Python the
-bridge supports."""
+"""The controller's lock without a Slurm: which nodes it holds after a pass (hyperpod_dhc.hpdhc.lock.plan_lock), who may
+be locked (SlurmNode.claim / not_up / lockable), the reservation's node list (hostlist) and its writes
+(Scontrol.set_lock through a fake `scontrol`), the fence a document carries and what the bridge keeps of it (Memory),
+and how one pass writes the lock before the labels (sync_once). Imports hpdhc only: this file runs under the oldest
+Python the bridge supports."""
 
 import json
 import random
@@ -16,10 +16,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpdhc import document as document_module
-from hpdhc.document import Desired, Document, Malformed, Memory, isolating, new_identity, read_document, still_holds
-from hpdhc.lock import AWAITING, plan_lock, wanted
-from hpdhc.scontrol import (
+from hyperpod_dhc.hpdhc import document as document_module
+from hyperpod_dhc.hpdhc.document import (
+    Desired,
+    Document,
+    Malformed,
+    Memory,
+    isolating,
+    new_identity,
+    read_document,
+    still_holds,
+)
+from hyperpod_dhc.hpdhc.lock import AWAITING, plan_lock, wanted
+from hyperpod_dhc.hpdhc.scontrol import (
     LOCK_RENEW_S,
     LOCK_YEAR_S,
     Lock,
@@ -29,7 +38,7 @@ from hpdhc.scontrol import (
     hostlist,
     parse_reservations,
 )
-from hpdhc.sync import EXIT_SLURM, sync_once
+from hyperpod_dhc.hpdhc.sync import EXIT_SLURM, sync_once
 from tests.bridge.test_bridge import (
     CHECK,
     IN_PROGRESS,

@@ -14,11 +14,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from hpdhc import bridge, cli, gate
-from hpdhc.client import OperatorClient
-from hpdhc.document import FEATURES, Memory
-from hpdhc.scontrol import Scontrol, SlurmNode, lock_name
-from hpdhc.sync import AWAITING, ApiController, Controller, SyncResult, sync_once
+from hyperpod_dhc.hpdhc import bridge, cli, gate
+from hyperpod_dhc.hpdhc.client import OperatorClient
+from hyperpod_dhc.hpdhc.document import FEATURES, Memory
+from hyperpod_dhc.hpdhc.scontrol import Scontrol, SlurmNode, lock_name
+from hyperpod_dhc.hpdhc.sync import AWAITING, ApiController, Controller, SyncResult, sync_once
 from tests.bridge.slurm_cluster import PROVISIONING_PARAMETERS, SlurmCluster, wait_for
 
 A, B, C = "ip-10-0-0-1", "ip-10-0-0-2", "ip-10-0-0-3"

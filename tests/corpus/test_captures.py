@@ -1,6 +1,6 @@
 """The captured-check corpus (tests/corpus/checks): every file is what `captures.py` builds from AWS's documented lines
 (no hand edit, no drift), the healthy ones hold those lines byte for byte, and each file is judged as it says,
-through the code `hpdhc readings classify` runs (the controller's own: `deephealth.evidence`)."""
+through the code `hpdhc readings classify` runs (the controller's own: `hyperpod_dhc.deephealth.evidence`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from hpdhc import classify
+from hyperpod_dhc.hpdhc import classify
 from tests.corpus import aws_doc
 from tests.corpus.captures import CHECKS_DIR, cases
 

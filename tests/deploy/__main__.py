@@ -37,7 +37,7 @@ from typing import Any
 import boto3
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLE = REPO / "infra" / "deploy.example.toml"
+EXAMPLE = REPO / "infra" / "hyperpod_dhc" / "infra" / "deploy.example.toml"
 CDK = REPO / ".venv" / "cdk-cli" / "node_modules" / ".bin" / "cdk"
 STACK = "HyperPodDhc"
 ACCOUNT, REGION = "123456789012", "us-west-2"  # moto's default account; the example file's region
@@ -77,12 +77,12 @@ def main(argv: list[str] | None = None) -> int:
         bootstrap = [str(CDK), "bootstrap", f"aws://{ACCOUNT}/{REGION}", "--no-notices"]
         step("3. cdk bootstrap", lambda: _run(bootstrap, env))
         assembly = work / "cdk.out"
-        deploy = [sys.executable, "-m", "infra.deploy", "deploy", "--config", str(EXAMPLE), "--yes"]
+        deploy = [sys.executable, "-m", "hyperpod_dhc.infra.deploy", "deploy", "--config", str(EXAMPLE), "--yes"]
         deploy += ["--cdk", str(CDK), "--output", str(assembly)]
         step("4. make deploy (create)", lambda: (_run(deploy, env), _deployed()))
         step("5. make deploy again (update, no changes)", lambda: (_unchanged(deploy, env), _deployed()))
         step("6. make plan of a token webhook: the change, by host", lambda: _plans_a_webhook(env, work))
-        destroy = [sys.executable, "-m", "infra.deploy", "destroy", "--config", str(EXAMPLE), "--yes"]
+        destroy = [sys.executable, "-m", "hyperpod_dhc.infra.deploy", "destroy", "--config", str(EXAMPLE), "--yes"]
         destroy += ["--cdk", str(CDK), "--output", str(assembly)]
         step("7. make destroy", lambda: (_run(destroy, env), _destroyed()))
         step("8. the types moto does not model are the documented ones", lambda: _not_modelled(work / "moto.log"))
@@ -176,7 +176,7 @@ TOKEN = "SECRETTOKEN123"
 def _plans_a_webhook(env: dict[str, str], work: Path) -> None:
     config = work / "deploy-webhook.toml"
     config.write_text(EXAMPLE.read_text().replace("webhooks = []", f'webhooks = ["https://example.com/hooks/{TOKEN}"]'))
-    plan = [sys.executable, "-m", "infra.deploy", "plan", "--config", str(config), "--cdk", str(CDK)]
+    plan = [sys.executable, "-m", "hyperpod_dhc.infra.deploy", "plan", "--config", str(config), "--cdk", str(CDK)]
     plan += ["--output", str(work / "cdk.out.webhook")]
     result = subprocess.run(plan, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     print(result.stdout, end="")
@@ -208,7 +208,7 @@ def _cluster(name: str) -> None:
 
 
 def _refuses_unbootstrapped(env: dict[str, str]) -> None:
-    plan = [sys.executable, "-m", "infra.deploy", "plan", "--config", str(EXAMPLE), "--cdk", str(CDK)]
+    plan = [sys.executable, "-m", "hyperpod_dhc.infra.deploy", "plan", "--config", str(EXAMPLE), "--cdk", str(CDK)]
     result = subprocess.run(plan, cwd=REPO, env=env, capture_output=True, text=True, check=False)
     assert result.returncode == 1, (result.returncode, result.stdout, result.stderr)
     refusal = r"make plan: .* is not CDK-bootstrapped: run `cdk bootstrap [^`]*` first.*\n"

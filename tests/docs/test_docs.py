@@ -11,7 +11,7 @@ split a line into commands, each checked on its own; leading VAR=value words are
 (fail closed: add a rule here, or keep the command out of the README):
 - `make [VAR=value ...] TARGET ...`: each TARGET is a rule of the Makefile. Parsed, not `make -n`: a dry run would
   still rebuild .venv when the Makefile is newer than .venv/.installed, and its recursive $(MAKE) lines run.
-- `hpdhc WORDS... [--option ...]` (or .venv/bin/hpdhc): `python -m hpdhc WORDS... --help` exits 0 (so every
+- `hpdhc WORDS... [--option ...]` (or .venv/bin/hpdhc): `python -m hyperpod_dhc.hpdhc WORDS... --help` exits 0 (so every
   subcommand exists) and its help names every --option the line uses.
 - `python -m MODULE ...` (python3, .venv/bin/python): `python -m MODULE --help` exits 0.
 - `cp SRC DST`: SRC exists (nothing is copied).
@@ -193,7 +193,7 @@ def check_command(command: str) -> None:
     elif program == "hpdhc":
         first_option = next((i for i, w in enumerate(argv[1:]) if w.startswith("-")), len(argv) - 1)
         words = argv[1 : 1 + first_option]
-        done = help_of(["-m", "hpdhc", *words])
+        done = help_of(["-m", "hyperpod_dhc.hpdhc", *words])
         assert done.returncode == 0, f"`{command}`: `hpdhc {' '.join(words)} --help` failed:\n{done.stderr}"
         options = {w.split("=")[0] for w in argv[1:] if w.startswith("--")}
         unknown = sorted(o for o in options if not re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", done.stdout))
@@ -305,7 +305,7 @@ def test_the_checks_fail_closed():
     for command in ("make no-such-target", "hpdhc status --no-such-option", "hpdhc no-such-command", "rm -rf x"):
         with pytest.raises((AssertionError, pytest.fail.Exception)):
             check_command(command)
-    for command in ("python -m hpdhc status", "cd somewhere", "make demo 'ARGS=--json'"):
+    for command in ("python -m hyperpod_dhc.hpdhc status", "cd somewhere", "make demo 'ARGS=--json'"):
         check_command(command)
     with pytest.raises(AssertionError):
         check_link(README, "docs/SAFETY.md#no-such-heading")

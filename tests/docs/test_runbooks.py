@@ -11,10 +11,10 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Template
 
-from deephealth.domain.messages import render
-from deephealth.domain.policy import NOTIFICATION_KINDS
-from deephealth.domain.runbooks import RUNBOOKS_URL
-from infra.controller_config import SLURM_BRIDGES_KEY
+from hyperpod_dhc.deephealth.domain.messages import render
+from hyperpod_dhc.deephealth.domain.policy import NOTIFICATION_KINDS
+from hyperpod_dhc.deephealth.domain.runbooks import RUNBOOKS_URL
+from hyperpod_dhc.infra.controller_config import SLURM_BRIDGES_KEY
 from tests.docs.test_docs import ROOT, anchors, outside_code_blocks, slug
 from tests.harness import synth
 from tests.infra.stacks import controller_stack

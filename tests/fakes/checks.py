@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from deephealth.evidence.efa import efa_devices
+from hyperpod_dhc.deephealth.evidence.efa import efa_devices
 from tests.corpus import aws_doc
 from tests.fakes.model import (
     CHECK_TYPES,

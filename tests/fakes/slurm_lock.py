@@ -1,12 +1,12 @@
-"""The controller's lock (hpdhc.scontrol's reservation) for the test fakes of the bridge's `Slurm`: one reservation
-of a node list, as Slurm 22.05 keeps it (created for its first node, replaced whole, deleted when empty)."""
+"""The controller's lock (hyperpod_dhc.hpdhc.scontrol's reservation) for the test fakes of the bridge's `Slurm`: one
+reservation of a node list, as Slurm 22.05 keeps it (created for its first node, replaced whole, deleted when empty)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from hpdhc.scontrol import Lock, SlurmNode
+from hyperpod_dhc.hpdhc.scontrol import Lock, SlurmNode
 
 
 class FakeLock:

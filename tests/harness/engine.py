@@ -86,8 +86,8 @@ class Harness:
 
     # -- lifecycle -------------------------------------------------------------------------------
     def __enter__(self) -> Harness:
-        from deephealth.adapters import aws
-        from deephealth.domain.policy import parse_config
+        from hyperpod_dhc.deephealth.adapters import aws
+        from hyperpod_dhc.deephealth.domain.policy import parse_config
 
         parse_config(self.config)  # the same validation as synth: a bad test config fails here, clearly
         twin_env = {
@@ -102,7 +102,7 @@ class Harness:
             install(self.fake),
             moto_patches.patched(self._wait, self._retry_back_off, self._wrap_invocation, self._lock),
             moto_patches.authorized_requests(self.iam),
-            mock.patch("deephealth.adapters.clock.now", self.clock.now),
+            mock.patch("hyperpod_dhc.deephealth.adapters.clock.now", self.clock.now),
             # Powertools' parameter cache (config_store's max_age) expires on datetime.now(): on wall time, a
             # slow run would re-read the config more often than a fast one.
             mock.patch("aws_lambda_powertools.utilities.parameters.base.datetime", _virtual_datetime(self.clock.now)),
@@ -335,7 +335,7 @@ class Harness:
         """What `cdk deploy` of the same code does mid-flight: the state machine is updated in place (running
         executions keep their definition) and every function's next invocation is a cold start. Returns the
         handler modules that were warm."""
-        from deephealth.adapters import aws
+        from hyperpod_dhc.deephealth.adapters import aws
 
         self.sfn.update_state_machine(stateMachineArn=self.state_machine_arn, definition=self.definition)
         with moto_patches.cold_start_lock():  # between invocations, never under a running handler
@@ -461,14 +461,14 @@ class Harness:
         return [e for p in pages for e in p["events"]]
 
     def records(self, cluster: str) -> dict:
-        from deephealth.adapters.node_table import NodeTable
+        from hyperpod_dhc.deephealth.adapters.node_table import NodeTable
 
         return NodeTable(TABLE_NAME).load_cluster(cluster)
 
     def readings(self, cluster: str) -> Any:
         """What the controller saw the cluster do (`domain.readings.ClusterReadings`); None for a controller that
         keeps no readings (an earlier version's, for a comparison)."""
-        from deephealth.adapters.node_table import NodeTable
+        from hyperpod_dhc.deephealth.adapters.node_table import NodeTable
 
         table = NodeTable(TABLE_NAME)
         return table.readings(cluster) if hasattr(table, "readings") else None
@@ -477,10 +477,10 @@ class Harness:
 def _cold_start() -> list[str]:
     """Forget imported handlers (and their warm caches), as a new deployment's first invocations would;
     returns the modules forgotten."""
-    names = [m for m in sys.modules if m.startswith("deephealth.handlers.")]
+    names = [m for m in sys.modules if m.startswith("hyperpod_dhc.deephealth.handlers.")]
     for name in names:
         del sys.modules[name]
-    from deephealth import settings
+    from hyperpod_dhc.deephealth import settings
 
     settings.load.cache_clear()
     return names

@@ -718,8 +718,8 @@ def invoked_by(who: str, event: Mapping[str, Any] | None = None) -> Iterator[Non
 
 
 def report_key(function: Mapping[str, Any]) -> str:
-    """The name a function goes by in the report: its `infra.controller_functions.FUNCTIONS` key, i.e. its handler
-    module camel-cased (`deephealth.handlers.claim_round.lambda_handler` -> `ClaimRound`)."""
+    """The name a function goes by in the report: its `hyperpod_dhc.infra.controller_functions.FUNCTIONS` key, i.e. its
+    handler module camel-cased (`hyperpod_dhc.deephealth.handlers.claim_round.lambda_handler` -> `ClaimRound`)."""
     module = str(function.get("Handler", "")).rsplit(".", 1)[0].rsplit(".", 1)[-1]
     return "".join(part.capitalize() for part in module.split("_"))
 

@@ -65,8 +65,13 @@ def _synth(context_json: str) -> dict[str, Any]:
     import aws_cdk as cdk
     from aws_cdk.assertions import Template
 
-    from infra.app import build
-    from infra.controller_config import BREAKER_RESETTERS_KEY, CHECK_REQUESTERS_KEY, CONTEXT_KEY, SLURM_BRIDGES_KEY
+    from hyperpod_dhc.infra.app import build
+    from hyperpod_dhc.infra.controller_config import (
+        BREAKER_RESETTERS_KEY,
+        CHECK_REQUESTERS_KEY,
+        CONTEXT_KEY,
+        SLURM_BRIDGES_KEY,
+    )
 
     cdk_json = cdk_context()
     twin = {

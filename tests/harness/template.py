@@ -8,7 +8,7 @@ from typing import Any
 
 from tests.harness.asl import construct_id, round_definition
 
-HANDLER_PREFIX = "deephealth.handlers."
+HANDLER_PREFIX = "hyperpod_dhc.deephealth.handlers."
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""The stacks infra tests synthesize: the example app's (infra/app.py), i.e. the HyperPodDhc construct in a stack
-of its own, configured by cdk.json's context with a test's keys on top."""
+"""The stacks infra tests synthesize: the example app's (infra/hyperpod_dhc/infra/app.py), i.e. the HyperPodDhc
+construct in a stack of its own, configured by cdk.json's context with a test's keys on top."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any
 
 import aws_cdk as cdk
 
-from infra.app import build
-from infra.hyperpod_dhc import HyperPodDhc
+from hyperpod_dhc.infra.app import build
+from hyperpod_dhc.infra.construct import HyperPodDhc
 from tests.harness import synth
 
 

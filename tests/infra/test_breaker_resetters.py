@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from deephealth.domain.policy import ConfigError
-from infra.controller_config import BREAKER_RESETTERS_KEY
-from infra.operator_api import GUARDS, POLICY_LENGTH_QUOTA, RESET_ROUTE, ROUTES, expand_longest
+from hyperpod_dhc.deephealth.domain.policy import ConfigError
+from hyperpod_dhc.infra.controller_config import BREAKER_RESETTERS_KEY
+from hyperpod_dhc.infra.operator_api import GUARDS, POLICY_LENGTH_QUOTA, RESET_ROUTE, ROUTES, expand_longest
 from tests.harness import api_gateway as gw
 from tests.harness import synth
 from tests.infra.stacks import controller, controller_stack

@@ -19,10 +19,10 @@ from typing import Any
 import aws_cdk as cdk
 import pytest
 
-from deephealth.domain.policy import ConfigError
-from infra.controller_config import BREAKER_RESETTERS_KEY, CHECK_REQUESTERS_KEY, SLURM_BRIDGES_KEY
-from infra.operations_dashboard import BRIDGE_REPORTS_METRIC, BRIDGE_SILENT_PERIODS
-from infra.operator_api import (
+from hyperpod_dhc.deephealth.domain.policy import ConfigError
+from hyperpod_dhc.infra.controller_config import BREAKER_RESETTERS_KEY, CHECK_REQUESTERS_KEY, SLURM_BRIDGES_KEY
+from hyperpod_dhc.infra.operations_dashboard import BRIDGE_REPORTS_METRIC, BRIDGE_SILENT_PERIODS
+from hyperpod_dhc.infra.operator_api import (
     BRIDGE_ROUTES,
     CHECKS_ROUTE,
     POLICY_LENGTH_QUOTA,
@@ -233,7 +233,7 @@ EVERYONE = {"*": [ON_CALL]}
 
 @pytest.mark.parametrize(
     ("fits", "context"),
-    [  # the capacities the module doc of infra/operator_api.py and cdk.json state
+    [  # the capacities the module doc of infra/hyperpod_dhc/infra/operator_api.py and cdk.json state
         (17, lambda n: {BREAKER_RESETTERS_KEY: own(n, "OnCall")}),
         (12, lambda n: {SLURM_BRIDGES_KEY: own(n, "Exec")}),
         (

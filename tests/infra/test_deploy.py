@@ -17,19 +17,20 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from infra import deploy
-from infra.controller_config import (
+from hyperpod_dhc.infra import deploy
+from hyperpod_dhc.infra.construct import HyperPodDhcProps
+from hyperpod_dhc.infra.controller_config import (
     BREAKER_RESETTERS_KEY,
+    DEPLOY_EXAMPLE,
     read_breaker_resetters,
     read_controller_config,
     read_notification_email,
 )
-from infra.deploy_config import DeployConfigError, load, parse
-from infra.hyperpod_dhc import HyperPodDhcProps
-from infra.notifications import SlackChannel
+from hyperpod_dhc.infra.deploy_config import DeployConfigError, load, parse
+from hyperpod_dhc.infra.notifications import SlackChannel
 from tests.harness.synth import REPO_ROOT
 
-EXAMPLE = REPO_ROOT / "infra" / "deploy.example.toml"
+EXAMPLE = DEPLOY_EXAMPLE
 ROLE = "arn:aws:iam::123456789012:role/hyperpod-oncall/*"
 
 
@@ -52,12 +53,13 @@ def test_the_example_file_loads_as_the_readme_shows_it() -> None:
 
 
 def test_a_missing_file_says_where_the_example_is(tmp_path: Path) -> None:
-    with pytest.raises(DeployConfigError, match=r"copy infra/deploy.example.toml"):
+    with pytest.raises(DeployConfigError, match=r"copy infra/hyperpod_dhc/infra/deploy.example.toml"):
         load(tmp_path / "deploy.toml")
 
 
 def test_the_file_becomes_context_the_stacks_own_readers_accept() -> None:
-    """The -c values are JSON strings; the readers of infra/controller_config.py parse them as from cdk.json."""
+    """The -c values are JSON strings; the readers of infra/hyperpod_dhc/infra/controller_config.py parse them as from
+    cdk.json."""
     base = json.loads((REPO_ROOT / "cdk.json").read_text())["context"]
     config = parse(
         {

@@ -17,8 +17,8 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from infra import deploy
-from infra.deploy_config import parse
+from hyperpod_dhc.infra import deploy
+from hyperpod_dhc.infra.deploy_config import parse
 
 ACCOUNT, REGION = "123456789012", "us-west-2"  # moto's default account
 IAM = f"arn:aws:iam::{ACCOUNT}"
@@ -143,7 +143,8 @@ def test_no_credentials_is_one_line(monkeypatch: pytest.MonkeyPatch, tmp_path: P
 def test_make_plan_prints_the_admissions(
     aws: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The plan path itself (`python -m infra.deploy plan`): preflight and IAM against moto, synth stubbed out."""
+    """The plan path itself (`python -m hyperpod_dhc.infra.deploy plan`): preflight and IAM against moto, synth stubbed
+    out."""
     boto3.client("ssm", region_name=REGION).put_parameter(Name=deploy.BOOTSTRAP_PARAMETER, Value="28", Type="String")
 
     def synthesize(config: Any, facts: Any, cdk: Path, out: Path) -> Path:

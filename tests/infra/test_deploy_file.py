@@ -1,8 +1,8 @@
 """`make plan` with a deploy.toml mistake: one line naming the file's key, and not one AWS call before it.
 
-Every key of the file is checked by one model (infra.deploy_config.DeployFile) with synth's own rules, so a mistake
-that synth would have refused (after the AWS checks, as a traceback naming a CDK context key) stops at once. Calls
-are counted where every boto3 client makes them (BaseClient._make_api_call); the CDK CLI is never started.
+Every key of the file is checked by one model (hyperpod_dhc.infra.deploy_config.DeployFile) with synth's own rules, so a
+mistake that synth would have refused (after the AWS checks, as a traceback naming a CDK context key) stops at once.
+Calls are counted where every boto3 client makes them (BaseClient._make_api_call); the CDK CLI is never started.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 import botocore.client
 import pytest
 
-from infra import deploy
-from infra.controller_config import PRINCIPAL_PATTERNS_ALLOWED
+from hyperpod_dhc.infra import deploy
+from hyperpod_dhc.infra.controller_config import PRINCIPAL_PATTERNS_ALLOWED
 
 FILE = 'region = "us-west-2"\nclusters = ["ml-cluster"]\n'
 IAM = "arn:aws:iam::123456789012"

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-import infra.acknowledgements
-from infra.app import build
+import hyperpod_dhc.infra.acknowledgements
+from hyperpod_dhc.infra.app import build
 from tests.harness import synth
 
 ACKNOWLEDGED = "aws:cdk:acknowledged-rules"
@@ -22,7 +22,7 @@ GENERIC = re.compile(r"^(ok|n/?a|fine|needed|required|wildcard|todo|suppress(ed)
 
 
 def synthesize_with_nag(outdir: Path) -> tuple[Exception | None, dict[str, Any]]:
-    """(the error synth raised, if any; the validation report) for the app of ``infra.app``."""
+    """(the error synth raised, if any; the validation report) for the app of ``hyperpod_dhc.infra.app``."""
     app = synth.app(outdir=outdir)
     build(app, nag=True)
     error: Exception | None = None
@@ -73,7 +73,7 @@ def unacknowledged_findings(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> set[tuple[str, str]]:
     """The findings nag reports when no acknowledgement is made (to prove each one is used)."""
-    real = infra.acknowledgements.Validations
+    real = hyperpod_dhc.infra.acknowledgements.Validations
 
     class IgnoreAcknowledgements:
         @staticmethod
@@ -84,12 +84,12 @@ def unacknowledged_findings(
             pass
 
     mp = pytest.MonkeyPatch()
-    mp.setattr(infra.acknowledgements, "Validations", IgnoreAcknowledgements)
+    mp.setattr(hyperpod_dhc.infra.acknowledgements, "Validations", IgnoreAcknowledgements)
     try:
         error, report = synthesize_with_nag(tmp_path_factory.mktemp("nag-raw"))
     finally:
         mp.undo()
-    assert infra.acknowledgements.Validations is real
+    assert hyperpod_dhc.infra.acknowledgements.Validations is real
     assert error is not None, "expected findings without acknowledgements"
     return violations(report)
 

@@ -1,5 +1,5 @@
-"""infra.notifications on a stack of its own: Slack and Teams through AWS Chatbot and HTTPS webhooks on the topic,
-each only when configured, with a role that can do nothing and a deny-all guardrail; cdk-nag and cfn-lint pass;
+"""hyperpod_dhc.infra.notifications on a stack of its own: Slack and Teams through AWS Chatbot and HTTPS webhooks on the
+topic, each only when configured, with a role that can do nothing and a deny-all guardrail; cdk-nag and cfn-lint pass;
 bad settings are one-line ConfigErrors."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 from aws_cdk.assertions import Template
 from cdk_nag import AwsSolutionsChecks
 
-from deephealth.domain.policy import ConfigError
-from infra.notifications import CHATBOT_PRINCIPAL, Notifications, SlackChannel, TeamsChannel
+from hyperpod_dhc.deephealth.domain.policy import ConfigError
+from hyperpod_dhc.infra.notifications import CHATBOT_PRINCIPAL, Notifications, SlackChannel, TeamsChannel
 from tests.infra.test_lint import tool
 from tests.infra.test_stack import resources
 

@@ -11,13 +11,13 @@ from unittest import mock
 import pytest
 from aws_cdk.assertions import Template
 
-from deephealth.domain.nodes import Verdict
-from deephealth.domain.policy import ConfigError
-from infra.audit_queries import NAMES as QUERY_NAMES
-from infra.controller_config import NOTIFICATION_EMAIL_KEY, SLURM_BRIDGES_KEY
-from infra.controller_functions import FUNCTIONS
-from infra.operations_dashboard import BAD_INPUT_METRICS, BRIDGE_BEHIND_S, RECOVERY_METRICS
-from infra.operator_api import ROUTES, openapi_routes
+from hyperpod_dhc.deephealth.domain.nodes import Verdict
+from hyperpod_dhc.deephealth.domain.policy import ConfigError
+from hyperpod_dhc.infra.audit_queries import NAMES as QUERY_NAMES
+from hyperpod_dhc.infra.controller_config import NOTIFICATION_EMAIL_KEY, SLURM_BRIDGES_KEY
+from hyperpod_dhc.infra.controller_functions import FUNCTIONS
+from hyperpod_dhc.infra.operations_dashboard import BAD_INPUT_METRICS, BRIDGE_BEHIND_S, RECOVERY_METRICS
+from hyperpod_dhc.infra.operator_api import ROUTES, openapi_routes
 from tests.harness import synth
 from tests.infra.stacks import controller_stack
 from tests.infra.test_stack import as_list, function_statements, functions, render, resources
@@ -34,7 +34,7 @@ VERDICT_METRICS = [f"Verdict_{v.value}" for v in Verdict]  # what the controller
 def handler_routes() -> set[tuple[str, str]]:
     """(HTTP method, path) of every route of the Api handler's resolver, now (not the committed document's)."""
     with mock.patch.dict(os.environ, API_ENV):
-        from deephealth.handlers.api import openapi_json
+        from hyperpod_dhc.deephealth.handlers.api import openapi_json
 
         return set(openapi_routes(json.loads(openapi_json())))
 
@@ -314,7 +314,7 @@ def test_the_round_api_and_api_function_alarms_watch_this_stacks_resources(templ
     (api_function,) = [
         lid
         for lid, res in resources(template_json, "AWS::Lambda::Function").items()
-        if res["Properties"].get("Handler") == "deephealth.handlers.api.lambda_handler"
+        if res["Properties"].get("Handler") == "hyperpod_dhc.deephealth.handlers.api.lambda_handler"
     ]
     for metric in ("ExecutionsTimedOut", "ExecutionsAborted"):
         (props,) = alarms[metric]

@@ -7,10 +7,7 @@ tests/simulation/test_operator_cli.py."""
 from __future__ import annotations
 
 import ast
-import os
 import re
-import shutil
-import subprocess
 import sys
 import tomllib
 import zipfile
@@ -19,20 +16,19 @@ from pathlib import Path
 import aws_cdk as cdk
 import pytest
 
-from infra.controller_config import ASSET_EXCLUDE, FUNCTIONS_DIR, REPO_ROOT
-from infra.lambda_assets import LAMBDA_EXTRA, PYPROJECT, lambda_requirements
-from infra.operator_api import OPENAPI_DOCUMENT
+from hyperpod_dhc.infra.controller_config import ASSET_EXCLUDE, FUNCTIONS_DIR, INFRA_DIR
+from hyperpod_dhc.infra.lambda_assets import LAMBDA_EXTRA, PYPROJECT, lambda_requirements
+from hyperpod_dhc.infra.operator_api import OPENAPI_DOCUMENT
+from tests.harness.wheel import build_wheel
 
 # hpdhc speaks the API's JSON with boto3's SigV4 and the standard library, and reaches the twin of a checkout
 # only from inside `simulate` (a lazy import: outside a checkout it says so and exits 2).
-CLI_IMPORTS = {"boto3", "botocore", "hpdhc"}
+CLI_IMPORTS = {"boto3", "botocore", "hyperpod_dhc.hpdhc"}
 CLI_LAZY_IMPORTS = {("cli.py", "simulate"): {"tests"}}
 # Of the Lambda code, the CLI imports only the evidence package (`readings classify` judges offline with it), which
 # itself imports the standard library and, where operators' patterns are compiled, google-re2.
-EVIDENCE = "deephealth.evidence"
+EVIDENCE = "hyperpod_dhc.deephealth.evidence"
 EVIDENCE_LAZY_IMPORTS = {("rules.py", "re2_compile"): {"re2"}}
-# What the wheel's build reads: the packages and pyproject.toml.
-BUILD_SOURCES = ("functions", "infra", "pyproject.toml")
 PROJECT = tomllib.loads(PYPROJECT.read_text())
 
 
@@ -49,23 +45,38 @@ BYTECODE = re.compile(r"(^|/)__pycache__/|\.pyc$")
 
 def test_functions_holds_exactly_the_lambda_code_and_the_operator_cli() -> None:
     """A third package must choose: the Lambda asset (and its cold start), the wheel, or neither."""
+    assert {p.name for p in FUNCTIONS_DIR.parent.iterdir()} == {"hyperpod_dhc"}  # one namespace, no __init__
     entries = {p.name for p in FUNCTIONS_DIR.iterdir() if p.name != "__pycache__"}
     assert entries == {"deephealth", "hpdhc"}
     assert all((FUNCTIONS_DIR / name / "__init__.py").is_file() for name in entries)
     assert "hpdhc" in ASSET_EXCLUDE
 
 
+def test_the_namespace_has_no_init_and_pyproject_lists_every_package() -> None:
+    """setuptools maps a package to one root, so pyproject lists the packages: a new sub-package must be added there
+    or the wheel (and so the Lambda code an installed construct deploys) would lack it."""
+    portions = [FUNCTIONS_DIR, INFRA_DIR.parent]
+    assert not [p for p in portions if (p / "__init__.py").exists()]
+    on_disk = {
+        "hyperpod_dhc." + ".".join(init.parent.relative_to(portion).parts)
+        for portion in portions
+        for init in portion.rglob("__init__.py")
+    }
+    assert set(PROJECT["tool"]["setuptools"]["packages"]) == on_disk
+
+
 def test_the_lambda_asset_is_deephealth_without_the_cli_or_bytecode(stack: cdk.Stack) -> None:
     outdir = Path(cdk.Stage.of(stack).asset_outdir)
-    (asset,) = [p for p in outdir.glob("asset.*") if (p / "deephealth").is_dir()]
-    assert {p.name for p in asset.iterdir()} == {"deephealth"}
+    (asset,) = [p for p in outdir.glob("asset.*") if (p / "hyperpod_dhc" / "deephealth").is_dir()]
+    assert {p.name for p in asset.iterdir()} == {"hyperpod_dhc"}
+    assert {p.name for p in (asset / "hyperpod_dhc").iterdir()} == {"deephealth"}  # a namespace: no __init__
     shipped = {p.relative_to(asset) for p in asset.rglob("*")}
     assert not [p for p in shipped if "hpdhc" in p.parts or "__pycache__" in p.parts or p.suffix == ".pyc"]
-    assert Path("deephealth/handlers/api.py") in shipped
+    assert Path("hyperpod_dhc/deephealth/handlers/api.py") in shipped
 
 
 def test_a_checkout_reads_the_pins_and_routes_where_they_are_written() -> None:
-    assert OPENAPI_DOCUMENT == REPO_ROOT / "infra" / "openapi.json"
+    assert OPENAPI_DOCUMENT == INFRA_DIR / "openapi.json"
     assert lambda_requirements() == PROJECT["project"]["optional-dependencies"][LAMBDA_EXTRA]
 
 
@@ -77,9 +88,11 @@ def _requirements(entries: list[str]) -> dict[str, str]:
 
 def test_the_cdk_extra_needs_at_least_what_the_tests_run() -> None:
     """Floors (an app has its own aws-cdk-lib), each the dev group's pin: the version the template is tested with."""
-    extra = _requirements(PROJECT["project"]["optional-dependencies"]["cdk"])
-    dev = _requirements(dependency_group("dev") + PROJECT["project"]["optional-dependencies"][LAMBDA_EXTRA])
-    assert set(extra) == {"aws-cdk-lib", "constructs", "cdk-nag", "pydantic"}
+    extras = PROJECT["project"]["optional-dependencies"]
+    extra = _requirements(extras["cdk"] + extras["nag"])
+    dev = _requirements(dependency_group("dev") + extras[LAMBDA_EXTRA])
+    assert set(_requirements(extras["cdk"])) == {"aws-cdk-lib", "constructs", "pydantic"}  # cdk-nag: `nag` alone
+    assert set(_requirements(extras["nag"])) == {"cdk-nag"}
     for name, spec in extra.items():
         floor, ceiling = re.fullmatch(r">=([^,]+),<(\d+)", spec).groups()  # type: ignore[union-attr]
         assert dev[name] == f"=={floor}", f"{name}: the extra's floor {floor} is not the dev pin {dev[name]}"
@@ -88,44 +101,32 @@ def test_the_cdk_extra_needs_at_least_what_the_tests_run() -> None:
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
-    """The wheel `pip wheel` builds, from a copy of its sources (setuptools writes build/ and *.egg-info beside
-    them); setuptools comes from pip's configured index, as in `make install`."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    source, dist = tmp / "source", tmp / "dist"
-    for part in BUILD_SOURCES:
-        if (REPO_ROOT / part).is_dir():
-            ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
-            shutil.copytree(REPO_ROOT / part, source / part, ignore=ignore)
-        else:
-            (source / part).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy(REPO_ROOT / part, source / part)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(dist), str(source)], env=env, check=True)
-    (built,) = dist.glob("hyperpod_dhc-*.whl")
-    return zipfile.ZipFile(built)
+    """The wheel `pip wheel` builds from a copy of the sources."""
+    return zipfile.ZipFile(build_wheel(tmp_path_factory.mktemp("wheel")))
 
 
 def test_the_wheel_carries_the_cli_the_construct_and_the_lambda_code_it_deploys(wheel: zipfile.ZipFile) -> None:
     names = set(wheel.namelist())
     (dist_info,) = {n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info")}
-    assert {n.split("/")[0] for n in names} == {"hpdhc", "infra", "deephealth", dist_info}
+    assert {n.split("/")[0] for n in names} == {"hyperpod_dhc", dist_info}  # nothing generic in site-packages
+    assert {n.split("/")[1] for n in names if n.startswith("hyperpod_dhc/")} == {"hpdhc", "infra", "deephealth"}
     assert not [n for n in names if BYTECODE.search(n)]
     for package in ("deephealth", "hpdhc"):  # exactly the checkout's files
         checkout = {
-            p.relative_to(FUNCTIONS_DIR).as_posix()
+            p.relative_to(FUNCTIONS_DIR.parent).as_posix()
             for p in (FUNCTIONS_DIR / package).rglob("*")
             if p.is_file() and not BYTECODE.search(p.as_posix())
         }
-        assert {n for n in names if n.startswith(f"{package}/")} == checkout
-    assert {"infra/hyperpod_dhc.py", "infra/app.py", "infra/statemachines/check_round.asl.json"} <= names
+        assert {n for n in names if n.startswith(f"hyperpod_dhc/{package}/")} == checkout
+    infra = {"construct.py", "app.py", "statemachines/check_round.asl.json"}
+    assert {f"hyperpod_dhc/infra/{name}" for name in infra} <= names
 
 
 def test_the_wheel_ships_what_infra_reads(wheel: zipfile.ZipFile) -> None:
-    """The API's routes (infra/openapi.json) and the example deploy file as package data; the layer's pins as the
-    `lambda` extra of its metadata, which an installed infra reads back exactly as a checkout reads pyproject's."""
-    assert wheel.read("infra/openapi.json") == OPENAPI_DOCUMENT.read_bytes()
-    assert "infra/deploy.example.toml" in wheel.namelist()
+    """The API's routes (openapi.json) and the example deploy file as package data; the layer's pins as the `lambda`
+    extra of its metadata, which an installed infra reads back exactly as a checkout reads pyproject's."""
+    assert wheel.read("hyperpod_dhc/infra/openapi.json") == OPENAPI_DOCUMENT.read_bytes()
+    assert "hyperpod_dhc/infra/deploy.example.toml" in wheel.namelist()
     (metadata,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
     requires = [
         line.removeprefix("Requires-Dist: ").split(";")[0].strip()
@@ -145,7 +146,8 @@ def test_the_wheel_needs_boto3_and_re2_alone_without_the_cdk_extra(wheel: zipfil
 
 
 def _imports(tree: ast.AST) -> list[tuple[ast.AST, str]]:
-    """(node, module) of every import: the top-level name, but `deephealth.evidence` for the evidence package."""
+    """(node, module) of every import: the top-level name (ours: `hyperpod_dhc.<package>`), but
+    `hyperpod_dhc.deephealth.evidence` for the evidence package."""
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
@@ -156,7 +158,10 @@ def _imports(tree: ast.AST) -> list[tuple[ast.AST, str]]:
 
 
 def _top(module: str) -> str:
-    return EVIDENCE if module == EVIDENCE or module.startswith(EVIDENCE + ".") else module.split(".")[0]
+    if module == EVIDENCE or module.startswith(EVIDENCE + "."):
+        return EVIDENCE
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "hyperpod_dhc" else parts[0]  # our packages by their second name
 
 
 def test_the_evidence_package_imports_the_standard_library_alone() -> None:

@@ -14,15 +14,20 @@ from typing import NoReturn
 
 import pytest
 
-from deephealth.domain.policy import ConfigError, parse_config
-from infra import deploy
-from infra.controller_config import PRINCIPAL_PATTERNS_ALLOWED, principal_map, principal_pattern_problem
-from infra.deploy_config import DeployConfigError, load, parse
+from hyperpod_dhc.deephealth.domain.policy import ConfigError, parse_config
+from hyperpod_dhc.infra import deploy
+from hyperpod_dhc.infra.controller_config import (
+    DEPLOY_EXAMPLE,
+    PRINCIPAL_PATTERNS_ALLOWED,
+    principal_map,
+    principal_pattern_problem,
+)
+from hyperpod_dhc.infra.deploy_config import DeployConfigError, load, parse
 from tests.harness import synth
 
 ACCOUNT = "123456789012"
 IAM = f"arn:aws:iam::{ACCOUNT}"
-EXAMPLE = synth.REPO_ROOT / "infra" / "deploy.example.toml"
+EXAMPLE = DEPLOY_EXAMPLE
 
 ALLOWED = [
     f"{IAM}:role/ml-cluster-controller-exec",

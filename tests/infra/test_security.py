@@ -19,8 +19,8 @@ from typing import Any
 import botocore.session
 import pytest
 
-from infra.controller_config import FUNCTIONS_DIR
-from infra.controller_functions import TABLE_ACTIONS
+from hyperpod_dhc.infra.controller_config import FUNCTIONS_DIR
+from hyperpod_dhc.infra.controller_functions import TABLE_ACTIONS
 from tests.infra.test_stack import as_list, function_statements, functions, render, resources
 
 # Actions that support no resource-level permission: "*" is their only valid resource (Service
@@ -180,7 +180,7 @@ def test_table_grant_is_exactly_what_the_code_calls(template_json) -> None:
     used = dynamodb_calls_in_code()
     assert used, "no DynamoDB call found in functions/: the scan is broken"
     assert used == set(TABLE_ACTIONS), (
-        f"infra/controller_functions.py TABLE_ACTIONS and the code differ: missing {used - set(TABLE_ACTIONS)}, "
+        f"controller_functions.TABLE_ACTIONS and the code differ: missing {used - set(TABLE_ACTIONS)}, "
         f"unused {set(TABLE_ACTIONS) - used}"
     )
     granted = {a for s in identity_statements(template_json) for a in as_list(s["Action"]) if a.startswith("dynamodb:")}
@@ -211,7 +211,7 @@ def test_every_customer_managed_key_rotates_and_is_not_shared_beyond_the_account
 def test_table_is_encrypted_with_kms(template_json) -> None:
     (table,) = resources(template_json, "AWS::DynamoDB::GlobalTable").values()
     sse = table["Properties"]["SSESpecification"]
-    # The AWS managed key aws/dynamodb, explicitly (why: infra/nodes_table.py).
+    # The AWS managed key aws/dynamodb, explicitly (why: infra/hyperpod_dhc/infra/nodes_table.py).
     assert sse == {"SSEEnabled": True, "SSEType": "KMS"}
     for replica in table["Properties"]["Replicas"]:
         assert "KMSMasterKeyId" not in replica.get("SSESpecification", {})
@@ -320,7 +320,7 @@ def test_the_secret_detector_detects(value: str) -> None:
 
 
 def test_the_allow_list_is_what_the_settings_read() -> None:
-    from deephealth import settings
+    from hyperpod_dhc.deephealth import settings
 
     names = {
         field

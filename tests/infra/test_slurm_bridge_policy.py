@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from infra.controller_config import SLURM_BRIDGES_KEY
-from infra.operator_api import BRIDGE_ROUTES, RESET_ROUTE, ROUTES
+from hyperpod_dhc.infra.controller_config import SLURM_BRIDGES_KEY
+from hyperpod_dhc.infra.operator_api import BRIDGE_ROUTES, RESET_ROUTE, ROUTES
 from tests.harness import api_gateway as gw
 from tests.harness.iam import Policy
 from tests.infra.test_operations import one, synth_with

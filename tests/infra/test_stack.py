@@ -12,14 +12,20 @@ import pytest
 from aws_cdk import Stack
 from aws_cdk.assertions import Match, Template
 
-from deephealth.domain.events import CLUSTER_EVENT, DETAIL_TYPES, NODE_HEALTH_EVENT, SOURCE, STATE_CHANGE_EVENT
-from deephealth.domain.policy import ConfigError, parse_config
-from deephealth.domain.rounds import ROUND_STEPS
-from infra.controller_config import read_deletion_protection
-from infra.controller_functions import FUNCTIONS
-from infra.lambda_assets import PYTHON_VERSION, compile_bytecode, runtime_python
-from infra.nodes_table import NodesTable
-from infra.round_workflow import DEFINITION_FILE
+from hyperpod_dhc.deephealth.domain.events import (
+    CLUSTER_EVENT,
+    DETAIL_TYPES,
+    NODE_HEALTH_EVENT,
+    SOURCE,
+    STATE_CHANGE_EVENT,
+)
+from hyperpod_dhc.deephealth.domain.policy import ConfigError, parse_config
+from hyperpod_dhc.deephealth.domain.rounds import ROUND_STEPS
+from hyperpod_dhc.infra.controller_config import read_deletion_protection
+from hyperpod_dhc.infra.controller_functions import FUNCTIONS
+from hyperpod_dhc.infra.lambda_assets import PYTHON_VERSION, compile_bytecode, runtime_python
+from hyperpod_dhc.infra.nodes_table import NodesTable
+from hyperpod_dhc.infra.round_workflow import DEFINITION_FILE
 from tests.harness import synth
 from tests.harness.asl import construct_id, round_definition, round_task_functions
 from tests.infra.stacks import controller_stack

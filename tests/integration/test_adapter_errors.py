@@ -9,13 +9,13 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, EndpointConnectionError, ParamValidationError
 from botocore.stub import Stubber
 
-from deephealth.adapters import aws
-from deephealth.adapters.hyperpod import HyperPod
-from deephealth.adapters.node_table import NodeTable
-from deephealth.adapters.notifications import Notifier
-from deephealth.adapters.round_starter import RoundStarter
-from deephealth.domain.errors import Throttled, TransientError
-from deephealth.domain.nodes import Action
+from hyperpod_dhc.deephealth.adapters import aws
+from hyperpod_dhc.deephealth.adapters.hyperpod import HyperPod
+from hyperpod_dhc.deephealth.adapters.node_table import NodeTable
+from hyperpod_dhc.deephealth.adapters.notifications import Notifier
+from hyperpod_dhc.deephealth.adapters.round_starter import RoundStarter
+from hyperpod_dhc.deephealth.domain.errors import Throttled, TransientError
+from hyperpod_dhc.deephealth.domain.nodes import Action
 
 REGION = "us-east-1"
 
@@ -74,7 +74,7 @@ def test_sns_and_step_functions_5xx_reach_the_workflow_as_transient():
 
     class Meta:
         def round_meta(self, cluster):
-            from deephealth.adapters.node_table import RoundMeta
+            from hyperpod_dhc.deephealth.adapters.node_table import RoundMeta
 
             return RoundMeta()
 

@@ -17,7 +17,7 @@ from typing import Any
 import boto3
 import pytest
 
-from deephealth.domain.nodes import FINAL_STATES
+from hyperpod_dhc.deephealth.domain.nodes import FINAL_STATES
 from tests.corpus import load_cases
 from tests.fakes.hyperpod import Clock, FakeHyperPod, GroupSpec
 from tests.harness.api_gateway import proxy_event

@@ -7,7 +7,7 @@ configured in this template, so it may read but not reset.
 
 import pytest
 
-from infra.controller_config import BREAKER_RESETTERS_KEY
+from hyperpod_dhc.infra.controller_config import BREAKER_RESETTERS_KEY
 from tests.fakes.hyperpod import GroupSpec
 from tests.harness import api_gateway as gw
 from tests.harness.engine import Harness

@@ -13,9 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from deephealth.domain.bridge_fence import SILENT_S
-from deephealth.domain.slurm import SYNC_INTERVAL_S
-from infra.controller_config import SLURM_BRIDGES_KEY
+from hyperpod_dhc.deephealth.domain.bridge_fence import SILENT_S
+from hyperpod_dhc.deephealth.domain.slurm import SYNC_INTERVAL_S
+from hyperpod_dhc.infra.controller_config import SLURM_BRIDGES_KEY
 from tests.fakes.hyperpod import GroupSpec
 from tests.harness.alarms import ALARM, OK, alarm_state, emf_records, find_alarm, virtual_emf_timestamps
 from tests.harness.engine import Harness

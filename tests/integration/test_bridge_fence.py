@@ -13,8 +13,8 @@ import logging
 
 import pytest
 
-from deephealth.domain.bridge_fence import LEASE_S, BridgeLease
-from deephealth.domain.slurm import SYNC_INTERVAL_S
+from hyperpod_dhc.deephealth.domain.bridge_fence import LEASE_S, BridgeLease
+from hyperpod_dhc.deephealth.domain.slurm import SYNC_INTERVAL_S
 from tests.fakes.hyperpod import GroupSpec
 from tests.harness.engine import TABLE_NAME
 from tests.integration.test_slurm_routes import INSTANCE_ROLE, STATE
@@ -47,7 +47,7 @@ def fencing(answer: dict) -> tuple[int, bool]:
 
 
 def lease() -> BridgeLease:
-    from deephealth.adapters.node_table import NodeTable
+    from hyperpod_dhc.deephealth.adapters.node_table import NodeTable
 
     return NodeTable(TABLE_NAME).registration("demo").lease
 
@@ -118,7 +118,7 @@ def test_a_live_holder_keeps_the_fence_however_long_it_runs(demo):
 
 @pytest.mark.controller_config(CONFIG)
 def test_of_two_pulls_racing_for_the_fence_one_wins(demo, fake, monkeypatch):
-    from deephealth.adapters.node_table import NodeTable
+    from hyperpod_dhc.deephealth.adapters.node_table import NodeTable
 
     table = NodeTable(TABLE_NAME)
     assert fencing(pull(demo, OLD)) == (1, True)
@@ -196,7 +196,7 @@ def test_a_bad_status_parameter_gets_a_clear_4xx_and_changes_nothing(demo, query
 
 @pytest.mark.controller_config(CONFIG)
 def test_registering_the_cluster_keeps_the_bridges_fence(demo, fake):
-    from deephealth.adapters.node_table import NodeTable
+    from hyperpod_dhc.deephealth.adapters.node_table import NodeTable
 
     table = NodeTable(TABLE_NAME)
     assert fencing(pull(demo, OLD)) == (1, True)

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from deephealth.domain.nodes import FINAL_STATES, NodeState, Verdict
+from hyperpod_dhc.deephealth.domain.nodes import FINAL_STATES, NodeState, Verdict
 from tests.fakes.hyperpod import GroupSpec
 from tests.fakes.readings import AutoRecovery, BusyError, Readings, UnsupportedTypes
 

@@ -13,9 +13,9 @@ import json
 
 import pytest
 
-from deephealth.domain.nodes import NodeState, short_hostname
-from infra.controller_config import CHECK_REQUESTERS_KEY, SLURM_BRIDGES_KEY
-from infra.operations_dashboard import BRIDGE_REPORTS_METRIC
+from hyperpod_dhc.deephealth.domain.nodes import NodeState, short_hostname
+from hyperpod_dhc.infra.controller_config import CHECK_REQUESTERS_KEY, SLURM_BRIDGES_KEY
+from hyperpod_dhc.infra.operations_dashboard import BRIDGE_REPORTS_METRIC
 from tests.fakes.hyperpod import GroupSpec
 from tests.harness import api_gateway as gw
 from tests.harness.engine import Harness

@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from deephealth.domain.nodes import FINAL_STATES, NodeState, Verdict
+from hyperpod_dhc.deephealth.domain.nodes import FINAL_STATES, NodeState, Verdict
 from tests.fakes.hyperpod import GroupSpec
 
 RECHECK = {"clusters": ["demo"], "defaults": {"gather_window_s": 120, "recovery": "reboot-then-replace"}}

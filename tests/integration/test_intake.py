@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from deephealth.domain.nodes import NodeState
+from hyperpod_dhc.deephealth.domain.nodes import NodeState
 from tests.conftest import load_event
 from tests.corpus import localize
 from tests.fakes.hyperpod import GroupSpec

@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from deephealth.domain.nodes import NodeState
+from hyperpod_dhc.deephealth.domain.nodes import NodeState
 from tests.fakes.hyperpod import GroupSpec
 
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from deephealth.adapters.result_logs import FAILURE_FILTER
-from deephealth.domain.nodes import FINAL_STATES, NodeState
+from hyperpod_dhc.deephealth.adapters.result_logs import FAILURE_FILTER
+from hyperpod_dhc.deephealth.domain.nodes import FINAL_STATES, NodeState
 from tests.fakes.hyperpod import GroupSpec
 from tests.fakes.readings import Readings
 from tests.harness.moto_patches import CloudWatchFilter

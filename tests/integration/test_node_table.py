@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from deephealth.adapters.node_table import SAVE_MARGIN_S, WHOLE_RELOAD_S, NodeTable
-from deephealth.domain.nodes import NodeRecord, NodeState
+from hyperpod_dhc.deephealth.adapters.node_table import SAVE_MARGIN_S, WHOLE_RELOAD_S, NodeTable
+from hyperpod_dhc.deephealth.domain.nodes import NodeRecord, NodeState
 from tests.harness.engine import TABLE_NAME
 
 

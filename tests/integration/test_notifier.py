@@ -10,8 +10,8 @@ import boto3
 import pytest
 from moto import mock_aws
 
-from deephealth.adapters.notifications import Notifier
-from deephealth.domain.runbooks import notification_runbook
+from hyperpod_dhc.deephealth.adapters.notifications import Notifier
+from hyperpod_dhc.deephealth.domain.runbooks import notification_runbook
 
 REGION = "us-east-1"
 DETAIL = {"node": "lid-1", "instance_id": "i-0abc", "hostname": "ip-10-1-2-3", "evidence": ["result log: XID 79"]}
@@ -75,7 +75,7 @@ def test_a_message_that_cannot_be_worded_is_still_published_as_the_machine_json(
     def broken(*_: object) -> None:
         raise OverflowError("cannot convert float infinity to integer")
 
-    monkeypatch.setattr("deephealth.adapters.notifications.render", broken)
+    monkeypatch.setattr("hyperpod_dhc.deephealth.adapters.notifications.render", broken)
     arn, sqs, queues = topic
     Notifier(arn).publish("node-failed", "ml-cluster", "gpu", "hyperpod-dhc: lid-1 failed", DETAIL)
     envelope = json.loads(received(sqs, queues["envelope"])[0])

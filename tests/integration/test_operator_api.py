@@ -2,14 +2,14 @@
 
 import pytest
 
-from deephealth.domain.nodes import NodeState
+from hyperpod_dhc.deephealth.domain.nodes import NodeState
 from tests.fakes.hyperpod import GroupSpec
 
 CONFIG = {"clusters": ["demo"], "defaults": {"gather_window_s": 0, "recovery": "reboot-then-replace"}}
 
 
 def _until_final(harness, n):
-    from deephealth.domain.nodes import FINAL_STATES
+    from hyperpod_dhc.deephealth.domain.nodes import FINAL_STATES
 
     def done():
         records = harness.records("demo")

@@ -11,8 +11,8 @@ import math
 
 import pytest
 
-from deephealth.domain.nodes import NodeRecord, NodeState, Outcome, Verdict
-from deephealth.domain.slurm import BUSY_FRESH_S, JOB_WAIT_S, OWNED_PREFIX, SYNC_INTERVAL_S, reason
+from hyperpod_dhc.deephealth.domain.nodes import NodeRecord, NodeState, Outcome, Verdict
+from hyperpod_dhc.deephealth.domain.slurm import BUSY_FRESH_S, JOB_WAIT_S, OWNED_PREFIX, SYNC_INTERVAL_S, reason
 from tests.fakes.hyperpod import GroupSpec
 from tests.fakes.slurm_lock import FakeLock
 from tests.harness.engine import TABLE_NAME
@@ -82,7 +82,7 @@ def claimed_at(record: NodeRecord) -> float:
 
 def seed(harness, fake) -> dict[str, NodeRecord]:
     """Records as rounds leave them, one per case, on the fake's nodes (no time passes: no round runs)."""
-    from deephealth.adapters.node_table import NodeTable
+    from hyperpod_dhc.deephealth.adapters.node_table import NodeTable
 
     cluster = fake.create_cluster(
         "demo",
@@ -279,7 +279,7 @@ def test_bad_requests_get_a_clear_4xx(harness, fake, method, path, body, query, 
 
 def _twins(harness, fake) -> tuple[NodeRecord, NodeRecord]:
     """Two live records with one Slurm name: an old passed one, and a new instance that got its private IP."""
-    from deephealth.adapters.node_table import NodeTable
+    from hyperpod_dhc.deephealth.adapters.node_table import NodeTable
 
     cluster = fake.create_cluster("demo", [GroupSpec("gpu", count=2)])
     old_node, new_node = sorted(cluster.nodes.values(), key=lambda n: n.seq)
@@ -307,7 +307,7 @@ def _twins(harness, fake) -> tuple[NodeRecord, NodeRecord]:
 
 @pytest.mark.controller_config({"clusters": ["demo"]})
 def test_a_name_two_live_records_claim_is_drained_as_ambiguous_and_a_gone_one_never_speaks(harness, fake):
-    from deephealth.adapters.node_table import NodeTable
+    from hyperpod_dhc.deephealth.adapters.node_table import NodeTable
 
     old, new = _twins(harness, fake)
     (entry,) = pull(harness)
@@ -327,7 +327,7 @@ def test_a_name_two_live_records_claim_is_drained_as_ambiguous_and_a_gone_one_ne
 @pytest.mark.controller_config({"clusters": ["demo"]})
 def test_a_report_by_key_reads_only_those_records_and_records_claims_held_by_others(harness, fake):
     old, new = _twins(harness, fake)
-    from deephealth.adapters.node_table import NodeTable
+    from hyperpod_dhc.deephealth.adapters.node_table import NodeTable
 
     NodeTable(TABLE_NAME).save(harness.records("demo")[old.key].model_copy(update={"state": NodeState.GONE}))
     name = new.hostname.split(".")[0]
@@ -387,7 +387,7 @@ def test_nodes_in_service_before_the_controller_watched_are_adopted_as_the_polic
     fake.clock.advance(2 * 3600)  # running for two hours before the controller is deployed
     harness = request.getfixturevalue("harness")
     harness.run_until(lambda: len(harness.records("demo")) == 2, horizon_s=900)
-    from deephealth.adapters.node_table import NodeTable
+    from hyperpod_dhc.deephealth.adapters.node_table import NodeTable
 
     records = harness.records("demo")
     assert all(r.adopted for r in records.values())
@@ -403,7 +403,7 @@ def test_nodes_in_service_before_the_controller_watched_are_adopted_as_the_polic
 def test_a_bridge_pass_reads_each_record_about_twice_whatever_the_cluster_size(harness, fake, monkeypatch):
     """DynamoDB reads per pass are O(nodes): one load of the cluster for the document (one page up to 10,000
     names) and one read by key per reported node, not a whole-cluster load per page or per occupancy chunk."""
-    from deephealth.adapters.node_table import NodeTable
+    from hyperpod_dhc.deephealth.adapters.node_table import NodeTable
 
     cluster = fake.create_cluster("demo", [GroupSpec("gpu", count=1)])
     table = NodeTable(TABLE_NAME)
@@ -437,7 +437,7 @@ def test_a_bridge_pass_reads_each_record_about_twice_whatever_the_cluster_size(h
 
 
 class _ApiController:
-    """The bridge's view of the controller (hpdhc.sync.Controller) through the real Api handler."""
+    """The bridge's view of the controller (hyperpod_dhc.hpdhc.sync.Controller) through the real Api handler."""
 
     def __init__(self, harness) -> None:
         self.harness = harness
@@ -450,7 +450,7 @@ class _ApiController:
 
     def report(self, cluster: str, nodes: list[dict]) -> dict:
         body: dict = {}
-        for start in range(0, len(nodes), 1000):  # the client's page (hpdhc.client SLURM_PAGE)
+        for start in range(0, len(nodes), 1000):  # the client's page (hyperpod_dhc.hpdhc.client SLURM_PAGE)
             page = {"nodes": nodes[start : start + 1000]}
             status, body = self.harness.api("POST", OCCUPANCY, page, principal=INSTANCE_ROLE)
             assert status == 200, body
@@ -459,8 +459,8 @@ class _ApiController:
 
 class _IdleSlurm(FakeLock):
     def __init__(self, names: list[str]) -> None:
-        from hpdhc.document import FEATURES
-        from hpdhc.scontrol import SlurmNode
+        from hyperpod_dhc.hpdhc.document import FEATURES
+        from hyperpod_dhc.hpdhc.scontrol import SlurmNode
 
         passed = ("HealthCheck:Passed",)
         self._nodes = {n: SlurmNode(name=n, features=passed, available=FEATURES, partitions=("dev",)) for n in names}
@@ -479,9 +479,9 @@ def test_an_idle_bridge_pass_reads_no_node_record_however_large_the_cluster(harn
     DynamoDB's boundary: the state route answers `unchanged` from the table's index (one key at most) and the
     bridge reports no occupancy (no node waits for a check, no claim changed). A change is seen on the next pass,
     which reads that record (the API's warm Lambda holds the others), and then nothing again."""
-    from deephealth.adapters.node_table import SAVE_MARGIN_S, NodeTable
-    from hpdhc.document import Memory
-    from hpdhc.sync import sync_once
+    from hyperpod_dhc.deephealth.adapters.node_table import SAVE_MARGIN_S, NodeTable
+    from hyperpod_dhc.hpdhc.document import Memory
+    from hyperpod_dhc.hpdhc.sync import sync_once
     from tests.bench.idle import count_dynamodb_units
 
     cluster = fake.create_cluster("demo", [GroupSpec("gpu", count=0)])

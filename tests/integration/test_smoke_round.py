@@ -1,6 +1,6 @@
 import pytest
 
-from deephealth.domain.nodes import NodeState
+from hyperpod_dhc.deephealth.domain.nodes import NodeState
 from tests.fakes.hyperpod import GroupSpec
 
 

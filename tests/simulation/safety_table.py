@@ -12,7 +12,7 @@ import sys
 import warnings
 from typing import TextIO
 
-from hpdhc.render import table
+from hyperpod_dhc.hpdhc.render import table
 from tests.harness.synth import synthesized_template
 from tests.harness.template import ControllerTemplate
 from tests.simulation.conftest import BASE_CONFIG

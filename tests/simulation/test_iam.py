@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from deephealth.domain.nodes import NodeState
-from infra.controller_functions import TABLE_ACTIONS
+from hyperpod_dhc.deephealth.domain.nodes import NodeState
+from hyperpod_dhc.infra.controller_functions import TABLE_ACTIONS
 from tests.conftest import load_event
 from tests.corpus import localize
 from tests.harness.iam import EVENTBRIDGE_PRINCIPAL, STATE_MACHINE_PRINCIPAL

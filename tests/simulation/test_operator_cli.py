@@ -2,18 +2,14 @@
 `hpdhc` as operators install it: the wheel in a fresh venv, with boto3 and nothing of the checkout."""
 
 import json
-import os
-import shutil
 import subprocess
-import sys
 import time
 import zipfile
-from pathlib import Path
 
 import pytest
 
-from hpdhc.cli import main
-from tests.twin.__main__ import REPO_ROOT
+from hyperpod_dhc.hpdhc.cli import main
+from tests.harness.wheel import PIP, build_wheel, clean_env, fresh_venv, purelib
 from tests.twin.local_api import endpoint, serve
 from tests.twin.scenario import Scenario
 from tests.twin.simulation import Twin
@@ -118,33 +114,20 @@ def test_the_wheel_installs_the_cli_with_boto3_and_re2_alone_and_works_from_a_fr
     build runs in a copy: setuptools writes build/ and *.egg-info beside the sources."""
     _, ep = api
     started = time.monotonic()
-    source, dist, venv = tmp_path / "source", tmp_path / "dist", tmp_path / "venv"
-    skip = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info", "build")
-    for part in ("functions", "infra", "tests"):
-        shutil.copytree(REPO_ROOT / part, source / part, ignore=skip)
-    shutil.copy(REPO_ROOT / "pyproject.toml", source)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(dist), str(source)], env=env, check=True)
-    (wheel,) = dist.glob("hyperpod_dhc-*.whl")
+    env = clean_env()
+    wheel = build_wheel(tmp_path)
     dist_info = wheel.name.split("-py3")[0] + ".dist-info"
     with zipfile.ZipFile(wheel) as archive:
-        assert {name.split("/")[0] for name in archive.namelist()} == {"hpdhc", "infra", "deephealth", dist_info}
+        assert {name.split("/")[0] for name in archive.namelist()} == {"hyperpod_dhc", dist_info}
         metadata = archive.read(f"{dist_info}/METADATA").decode().splitlines()
     requires = [line for line in metadata if line.startswith("Requires-Dist:") and "extra ==" not in line]
     assert requires == ["Requires-Dist: boto3>=1.40", "Requires-Dist: google-re2>=1.1.20240702"]
 
-    # A venv without pip of its own (ensurepip alone takes ~8 s): this venv's pip installs into it.
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], env=env, check=True)
-    python = venv / "bin" / "python"
-    subprocess.run([*pip, "--python", str(python), "install", str(wheel)], env=env, check=True)
-    site = Path(
-        subprocess.check_output(
-            [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"], text=True
-        ).strip()
-    )
-    installed = {p.name for p in site.iterdir()}
-    assert {"hpdhc", "boto3", "botocore", "re2"} <= installed
+    venv = tmp_path / "venv"
+    python = fresh_venv(venv)
+    subprocess.run([*PIP, "--python", str(python), "install", str(wheel)], env=env, check=True)
+    installed = {p.name for p in purelib(python).iterdir()}
+    assert {"hyperpod_dhc", "boto3", "botocore", "re2"} <= installed
     assert not installed & {"tests", "aws_cdk", "pydantic"}, installed  # the construct's stack: only with [cdk]
     assert not [name for name in installed if name.endswith(".pth")], "nothing puts a checkout on the path"
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from hpdhc.cli import main
+from hyperpod_dhc.hpdhc.cli import main
 from tests.twin.local_api import endpoint, serve
 from tests.twin.report import build_report
 from tests.twin.scenario import Scenario

@@ -17,7 +17,7 @@ from unittest import mock
 
 import boto3
 
-from deephealth.domain.nodes import NodeState, Verdict
+from hyperpod_dhc.deephealth.domain.nodes import NodeState, Verdict
 from tests.fakes.hyperpod import FakeHyperPod, GroupSpec
 from tests.harness import moto_patches
 from tests.harness.engine import CONFIG_PARAMETER_NAME, REGION, _clear_parameter_cache

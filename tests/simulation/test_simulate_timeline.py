@@ -3,7 +3,7 @@ test_timeline.py, whose twin stays up for its API while this one runs its own)."
 
 import json
 
-from hpdhc import timeline_page as page_of
+from hyperpod_dhc.hpdhc import timeline_page as page_of
 from tests.twin.__main__ import main as simulate
 
 from .test_timeline import SCENARIO

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from deephealth.domain.nodes import NodeState
+from hyperpod_dhc.deephealth.domain.nodes import NodeState
 from tests.simulation.invariants import assert_invariants
 from tests.twin.report import build_report
 from tests.twin.scenario import Scenario

@@ -3,9 +3,9 @@
 
 import pytest
 
-from hpdhc import timeline
-from hpdhc import timeline_page as page_of
-from hpdhc.cli import main as hpdhc
+from hyperpod_dhc.hpdhc import timeline
+from hyperpod_dhc.hpdhc import timeline_page as page_of
+from hyperpod_dhc.hpdhc.cli import main as hpdhc
 from tests.twin.local_api import endpoint, serve
 from tests.twin.report import build_report
 from tests.twin.scenario import Scenario

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hpdhc.cli import main
+from hyperpod_dhc.hpdhc.cli import main
 from tests.fakes.hyperpod import Clock, GroupSpec
 from tests.harness.asl import round_definition
 from tests.twin.__main__ import DEMO_SCENARIO, REPO_ROOT
@@ -17,7 +17,7 @@ from tests.twin.simulation import CONTROLLER_GROUP, SimulatedHyperPod, Twin
 
 from .conftest import BASE_CONFIG
 
-ASL_FILE = REPO_ROOT / "infra" / "statemachines" / "check_round.asl.json"
+ASL_FILE = REPO_ROOT / "infra" / "hyperpod_dhc" / "infra" / "statemachines" / "check_round.asl.json"
 TINY = {
     "version": 1,
     "name": "tiny",
@@ -35,7 +35,9 @@ def test_the_twin_runs_the_synthesized_definition_byte_for_byte(controller_templ
         deployed = twin.sfn.describe_state_machine(stateMachineArn=twin.state_machine_arn)["definition"]
         assert deployed == round_definition(controller_template.template, twin.function_arns)
         expected = ASL_FILE.read_text()
-        for f in controller_template.functions:  # deephealth.handlers.claim_round -> ${ClaimRoundFunctionArn}
+        for (
+            f
+        ) in controller_template.functions:  # hyperpod_dhc.deephealth.handlers.claim_round -> ${ClaimRoundFunctionArn}
             task = "".join(w.capitalize() for w in f.handler.split(".")[-2].split("_"))
             expected = expected.replace("${" + task + "FunctionArn}", twin.function_arns[f.logical_id])
         assert deployed == expected, "the ASL file, only its ARN placeholders filled in"

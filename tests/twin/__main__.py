@@ -6,8 +6,8 @@
 Without --json: live progress, then tables per group and per instance (logical id and current instance id).
 With --json: one JSON report on stdout and nothing else (the Lambdas' logs go to --lambda-log). --serve keeps the
 twin alive behind a local operator API for the `hpdhc` commands. --timeline writes the run as one self-contained
-HTML page (`hpdhc.timeline`: nodes by group against time) and prints its path (on stderr with --json). A bad
-scenario exits with code 2.
+HTML page (`hyperpod_dhc.hpdhc.timeline`: nodes by group against time) and prints its path (on stderr with --json). A
+bad scenario exits with code 2.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import warnings
 from pathlib import Path
 from typing import Any, TextIO
 
-from hpdhc.render import hm, table
+from hyperpod_dhc.hpdhc.render import hm, table
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEMO_SCENARIO = REPO_ROOT / "tests" / "scenarios" / "demo.json"

@@ -399,7 +399,7 @@ def _one(name: str) -> dict[str, Any]:
 
 
 def print_table(rows: list[dict[str, Any]], out: Any = sys.stdout) -> None:
-    from hpdhc.render import hm, table
+    from hyperpod_dhc.hpdhc.render import hm, table
 
     body = [
         [

@@ -36,14 +36,18 @@ _RUN = "import sys; from {module} import main; sys.exit(main())"
 
 
 def _cli_module(tree: Path) -> str:
-    return "hpdhc.cli" if (tree / "functions" / "hpdhc" / "cli.py").exists() else "tests.twin.cli"
+    return (
+        "hyperpod_dhc.hpdhc.cli"
+        if (tree / "functions" / "hyperpod_dhc" / "hpdhc" / "cli.py").exists()
+        else "tests.twin.cli"
+    )
 
 
 # The stack as each tree synthesizes it from cdk.json (layer bundling skipped; nag off: it only adds checks).
 _SYNTH = (
     "import json, pathlib, aws_cdk as cdk\n"
     "from aws_cdk.assertions import Template\n"
-    "from infra.app import build\n"
+    "from hyperpod_dhc.infra.app import build\n"
     "context = json.loads(pathlib.Path('cdk.json').read_text())['context']\n"
     "app = cdk.App(context={**context, 'aws:cdk:bundling-stacks': []})\n"
     "print(json.dumps(Template.from_stack(build(app, nag=False)).to_json()))\n"

@@ -68,8 +68,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from deephealth.adapters.node_table import NodeTable
-from deephealth.domain.nodes import (
+from hyperpod_dhc.deephealth.adapters.node_table import NodeTable
+from hyperpod_dhc.deephealth.domain.nodes import (
     FINAL_STATES,
     JOB_WON,
     REVALIDATION,
@@ -79,7 +79,7 @@ from deephealth.domain.nodes import (
     revalidated,
     revalidating,
 )
-from deephealth.domain.policy import Budget, parse_config
+from hyperpod_dhc.deephealth.domain.policy import Budget, parse_config
 from tests.harness.engine import TABLE_NAME
 from tests.twin.simulation import CONTROLLER_GROUP, SimulatedHyperPod, Twin
 

@@ -18,8 +18,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from deephealth.domain.policy import GROUP_NAME_PATTERN, CheckType, ConfigError, parse_config
-from deephealth.domain.rounds import RoundStep
+from hyperpod_dhc.deephealth.domain.policy import GROUP_NAME_PATTERN, CheckType, ConfigError, parse_config
+from hyperpod_dhc.deephealth.domain.rounds import RoundStep
 from tests.fakes.readings import Readings
 
 CONTROLLER_GROUP = "controller"  # the Slurm controller group the twin adds to every cluster

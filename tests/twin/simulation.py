@@ -338,7 +338,7 @@ class Twin(Harness):
     def _revalidates(self) -> bool:
         """A group's policy re-checks passed nodes within the horizon: only then does the workload ask the table
         (its reads would count in a benchmark's DynamoDB units)."""
-        from deephealth.domain.policy import parse_config
+        from hyperpod_dhc.deephealth.domain.policy import parse_config
 
         config, cluster = parse_config(self.config), self.scenario.cluster.name
         days = [config.policy_for(cluster, g.name).revalidate_every_days for g in self.scenario.groups]
@@ -346,8 +346,8 @@ class Twin(Harness):
 
     def _revalidating(self, logical_id: str) -> bool:
         """The controller has the node out for a periodic re-check (its record, as stored now)."""
-        from deephealth.adapters.node_table import NodeTable
-        from deephealth.domain.nodes import revalidating
+        from hyperpod_dhc.deephealth.adapters.node_table import NodeTable
+        from hyperpod_dhc.deephealth.domain.nodes import revalidating
         from tests.harness.engine import TABLE_NAME
 
         record = NodeTable(TABLE_NAME).load_nodes(self.scenario.cluster.name, {logical_id}).get(logical_id)
@@ -366,7 +366,7 @@ class Twin(Harness):
     def _fault_patches(self) -> list[Any]:
         """API faults at moto's front door; a crash plan per lambda-crash incident, and node writes counted
         for them."""
-        from deephealth.adapters.node_table import NodeTable
+        from hyperpod_dhc.deephealth.adapters.node_table import NodeTable
 
         patches: list[Any] = [moto_patches.faulted_requests(self.api_faults)]
         for spec in self.scenario.incidents:
@@ -415,8 +415,8 @@ class Twin(Harness):
 
     def finished(self) -> bool:
         """Every node has arrived and has a final verdict (or waits for an operator's reset)."""
-        from deephealth.domain.nodes import FINAL_STATES
-        from deephealth.domain.safety import is_held
+        from hyperpod_dhc.deephealth.domain.nodes import FINAL_STATES
+        from hyperpod_dhc.deephealth.domain.safety import is_held
 
         if self.scheduled > (self.bridge is not None) or self.scenario.run_to_horizon:  # a bridge sync is pending
             return False

@@ -1,4 +1,5 @@
-"""The Slurm bridge in the twin: the real agent's `sync_once` (functions/hpdhc/bridge.py) against the twin's Slurm.
+"""The Slurm bridge in the twin: the real agent's `sync_once` (functions/hyperpod_dhc/hpdhc/bridge.py) against the
+twin's Slurm.
 
 `TwinSlurm` is the agent's `Slurm` over the twin's workload: a node is in Slurm while its slurmd is up (`Running`,
 or in a check), named by its short private hostname, in the partition named after its instance group; a drain
@@ -14,10 +15,10 @@ import random
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from hpdhc.document import Memory
-from hpdhc.gate import boot_changes
-from hpdhc.scontrol import Lock, SlurmError, SlurmNode, lock_name
-from hpdhc.sync import sync_once
+from hyperpod_dhc.hpdhc.document import Memory
+from hyperpod_dhc.hpdhc.gate import boot_changes
+from hyperpod_dhc.hpdhc.scontrol import Lock, SlurmError, SlurmNode, lock_name
+from hyperpod_dhc.hpdhc.sync import sync_once
 from tests.fakes.checks import IN_CHECK
 from tests.harness.api_gateway import proxy_event, refusal
 from tests.twin.scenario import CONTROLLER_GROUP
@@ -109,8 +110,8 @@ class TwinSlurm:
 
     def boot(self, n: Any) -> None:
         """`hpdhc gate node-boot` in the node's lifecycle script, before its slurmd starts: the real rule
-        (`hpdhc.gate.boot_changes`) on the node as Slurm has it, applied without the workload's catch-up (this runs
-        inside a transition of the fake)."""
+        (`hyperpod_dhc.hpdhc.gate.boot_changes`) on the node as Slurm has it, applied without the workload's catch-up
+        (this runs inside a transition of the fake)."""
         sim = self.twin.sim
         drained = n.logical_id in sim.drained and self.drained_instance.get(n.logical_id) == n.instance_id
         name = sim._hostname(n.private_ip).split(".", 1)[0]
@@ -170,8 +171,8 @@ class TwinController:
     def desired(
         self, cluster: str, since: tuple[float, str] | None = None, status: Mapping[str, str] | None = None
     ) -> dict[str, Any]:
-        """Every page, as `hpdhc.client.OperatorClient.slurm_state` merges them: `status` on every page, `fence`
-        the last page's and `holder` only if every page said so."""
+        """Every page, as `hyperpod_dhc.hpdhc.client.OperatorClient.slurm_state` merges them: `status` on every page,
+        `fence` the last page's and `holder` only if every page said so."""
         document: dict[str, Any] = {}
         token: str | None = None
         cursor = {} if since is None else {"since": repr(since[0]), "digest": since[1]}

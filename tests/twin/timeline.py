@@ -1,16 +1,16 @@
-"""The twin's run as a timeline (`hpdhc simulate --timeline FILE`; `hpdhc.timeline`, `hpdhc.timeline_page`): its
-records as the API's node documents (`GET /clusters/{cluster}/nodes/{node}`, `domain.views.node_detail`), the run's
-start as t+0 and its end as the picture's. A node that arrived but never got a record (still provisioning when its
-cluster went) has an empty row."""
+"""The twin's run as a timeline (`hpdhc simulate --timeline FILE`; `hyperpod_dhc.hpdhc.timeline`,
+`hyperpod_dhc.hpdhc.timeline_page`): its records as the API's node documents (`GET /clusters/{cluster}/nodes/{node}`,
+`domain.views.node_detail`), the run's start as t+0 and its end as the picture's. A node that arrived but never got a
+record (still provisioning when its cluster went) has an empty row."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from deephealth.domain.views import node_detail
-from hpdhc.timeline import Timeline, build
-from hpdhc.timeline_page import render_html
+from hyperpod_dhc.deephealth.domain.views import node_detail
+from hyperpod_dhc.hpdhc.timeline import Timeline, build
+from hyperpod_dhc.hpdhc.timeline_page import render_html
 from tests.twin.simulation import CONTROLLER_GROUP, Twin
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 
-from deephealth.domain.nodes import NodeRecord, NodeState
-from deephealth.domain.result_log import ResultLog
-from deephealth.evidence.records import Event
+from hyperpod_dhc.deephealth.domain.nodes import NodeRecord, NodeState
+from hyperpod_dhc.deephealth.domain.result_log import ResultLog
+from hyperpod_dhc.deephealth.evidence.records import Event
 
 
 def event(stream: str, at: float, message: str, lag: float | None = 0.0) -> Event:

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from deephealth.domain.bridge_fence import (
+from hyperpod_dhc.deephealth.domain.bridge_fence import (
     LEASE_S,
     SEEN_REFRESH_S,
     SILENT_S,
@@ -15,7 +15,7 @@ from deephealth.domain.bridge_fence import (
     decide_fence,
     silent_for,
 )
-from deephealth.domain.slurm import SYNC_INTERVAL_S
+from hyperpod_dhc.deephealth.domain.slurm import SYNC_INTERVAL_S
 
 OLD, NEW = "ip-10-1-0-5:6f1c", "ip-10-1-0-9:a2d4"
 NOW = 1_000_000.0

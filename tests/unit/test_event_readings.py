@@ -5,7 +5,7 @@ import copy
 
 import pytest
 
-from deephealth.domain.events import NodeSignal, classify
+from hyperpod_dhc.deephealth.domain.events import NodeSignal, classify
 from tests.conftest import load_event
 
 

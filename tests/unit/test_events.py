@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from deephealth.domain.events import (
+from hyperpod_dhc.deephealth.domain.events import (
     CLUSTER_ARN_PATTERN,
     CLUSTER_EVENT,
     DETAIL_TYPES,
@@ -290,7 +290,7 @@ class _StubHandleSignal:
 
 @pytest.fixture(scope="module")
 def intake():
-    from deephealth import settings
+    from hyperpod_dhc.deephealth import settings
 
     env = {
         "TABLE_NAME": "nodes",
@@ -301,11 +301,11 @@ def intake():
         for name, value in env.items():
             mp.setenv(name, value)
         settings.load.cache_clear()
-        sys.modules.pop("deephealth.handlers.intake", None)
-        module = importlib.import_module("deephealth.handlers.intake")
+        sys.modules.pop("hyperpod_dhc.deephealth.handlers.intake", None)
+        module = importlib.import_module("hyperpod_dhc.deephealth.handlers.intake")
         mp.setattr(module, "handle_signal", _StubHandleSignal())
         yield module
-    sys.modules.pop("deephealth.handlers.intake", None)  # the next importer gets a fresh cold start
+    sys.modules.pop("hyperpod_dhc.deephealth.handlers.intake", None)  # the next importer gets a fresh cold start
     settings.load.cache_clear()
 
 

@@ -12,13 +12,21 @@ import json
 
 import pytest
 
-from deephealth.domain.nodes import Action, ActionEntry, NodeRecord, NodeSnapshot, NodeState, Outcome, Verdict
-from deephealth.domain.result_log import ResultLog
-from deephealth.domain.verdicts import Look, judge_check, judge_late
-from deephealth.evidence.attribute import Ownership
-from deephealth.evidence.judge import Requirements
-from deephealth.evidence.records import Event
-from deephealth.evidence.rules import required_tests
+from hyperpod_dhc.deephealth.domain.nodes import (
+    Action,
+    ActionEntry,
+    NodeRecord,
+    NodeSnapshot,
+    NodeState,
+    Outcome,
+    Verdict,
+)
+from hyperpod_dhc.deephealth.domain.result_log import ResultLog
+from hyperpod_dhc.deephealth.domain.verdicts import Look, judge_check, judge_late
+from hyperpod_dhc.deephealth.evidence.attribute import Ownership
+from hyperpod_dhc.deephealth.evidence.judge import Requirements
+from hyperpod_dhc.deephealth.evidence.records import Event
+from hyperpod_dhc.deephealth.evidence.rules import required_tests
 
 A, B = "i-0aaaaaaaaaaaaaaaa", "i-0bbbbbbbbbbbbbbbb"
 LID_B = "6f1c0c6e-3c1a-4b7e-9a35-2f0e4d8b9c11"

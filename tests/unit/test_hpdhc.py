@@ -2,13 +2,16 @@
 exit codes, and says what `simulate` needs outside a checkout. End to end: tests/simulation/test_operator_cli.py."""
 
 import http.server
+import json
 import sys
 import threading
 
+import boto3
 import pytest
+from moto import mock_aws
 
-from hpdhc import cli
-from hpdhc.client import NODE_STATES, RETRY_BASE_S, RETRY_MAX_WAIT_S, ApiError, OperatorClient
+from hyperpod_dhc.hpdhc import cli
+from hyperpod_dhc.hpdhc.client import NODE_STATES, RETRY_BASE_S, RETRY_MAX_WAIT_S, ApiError, OperatorClient
 
 
 class FakeClient:
@@ -270,3 +273,22 @@ def test_a_file_that_cannot_be_written_is_one_line(monkeypatch, capsys, tmp_path
     assert cli.main(["readings", "capture", "c1", "n1", "--out", str(tmp_path / "no-such-dir" / "x.json")]) == 1
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith("hpdhc: error:") and "no-such-dir" in line
+
+
+def test_the_api_is_found_by_the_stacks_api_endpoint_output_whatever_the_construct_id(monkeypatch):
+    """The construct names its outputs the same under any id (tests/infra/test_hyperpod_dhc.py), so `--stack` is
+    all an operator passes when the controller lives in a stack of their own."""
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(key, "testing")
+    url = "https://abc123.execute-api.eu-west-1.amazonaws.com/v1/"
+    template = {
+        "Resources": {"Handle": {"Type": "AWS::CloudFormation::WaitConditionHandle"}},
+        "Outputs": {"ApiEndpoint": {"Value": url}, "RoundStateMachineArn": {"Value": "arn:x"}},
+    }
+    with mock_aws():
+        cfn = boto3.client("cloudformation", region_name="eu-west-1")
+        cfn.create_stack(StackName="Platform", TemplateBody=json.dumps(template))
+        cfn.create_stack(StackName="Bare", TemplateBody=json.dumps({"Resources": template["Resources"]}))
+        assert OperatorClient(region="eu-west-1", stack="Platform").endpoint == url.rstrip("/")
+        with pytest.raises(ApiError, match="stack Bare has no ApiEndpoint output; pass --endpoint"):
+            OperatorClient(region="eu-west-1", stack="Bare")

@@ -7,8 +7,8 @@ import boto3
 import pytest
 from botocore.stub import ANY, Stubber
 
-from deephealth.adapters.hyperpod import HyperPod
-from deephealth.domain.errors import CheckRefused, ClusterBusy, ClusterNotFound, Throttled, TransientError
+from hyperpod_dhc.deephealth.adapters.hyperpod import HyperPod
+from hyperpod_dhc.deephealth.domain.errors import CheckRefused, ClusterBusy, ClusterNotFound, Throttled, TransientError
 
 CONFIGS = [
     {"InstanceGroupName": "workers", "InstanceIds": ["i-0123456789abcdef0"], "DeepHealthChecks": ["InstanceStress"]}
@@ -120,7 +120,7 @@ def test_the_active_check_is_the_oldest_operation_in_progress_with_its_start(stu
 
 
 def test_throttled_to_the_end_while_an_operation_is_in_progress_is_busy(stubbed, monkeypatch):
-    monkeypatch.setattr("deephealth.adapters.hyperpod.time.sleep", lambda s: None)
+    monkeypatch.setattr("hyperpod_dhc.deephealth.adapters.hyperpod.time.sleep", lambda s: None)
     hp, stub = stubbed
     for _ in range(3):
         stub.add_client_error("start_cluster_health_check", "ThrottlingException", "Rate exceeded")
@@ -201,7 +201,7 @@ def test_only_a_cluster_with_no_orchestrator_block_or_slurm_alone_is_a_slurm_clu
 
 
 def test_an_orchestrator_this_code_does_not_know_is_not_slurm():
-    from deephealth.adapters.hyperpod import ClusterInfo
+    from hyperpod_dhc.deephealth.adapters.hyperpod import ClusterInfo
 
     info = ClusterInfo("hp", "abcdef123456", DESCRIBED["ClusterArn"], "InService", "None", orchestrators=("Ray",))
     assert not info.slurm  # an allow-list: botocore does not validate enums in responses

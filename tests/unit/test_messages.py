@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from deephealth.domain.messages import (
+from hyperpod_dhc.deephealth.domain.messages import (
     DESCRIPTION_MAX,
     KEYWORD_MAX,
     MESSAGE_BUDGET_BYTES,
@@ -15,10 +15,10 @@ from deephealth.domain.messages import (
     node_subject,
     render,
 )
-from deephealth.domain.nodes import NodeRecord, NodeState, Verdict, transition
-from deephealth.domain.notices import notices
-from deephealth.domain.policy import NOTIFICATION_KINDS
-from deephealth.domain.runbooks import RUNBOOKS_URL, notification_runbook
+from hyperpod_dhc.deephealth.domain.nodes import NodeRecord, NodeState, Verdict, transition
+from hyperpod_dhc.deephealth.domain.notices import notices
+from hyperpod_dhc.deephealth.domain.policy import NOTIFICATION_KINDS
+from hyperpod_dhc.deephealth.domain.runbooks import RUNBOOKS_URL, notification_runbook
 
 T = 1_000.0
 CLUSTER, GROUP = "ml-cluster", "gpu-workers"

@@ -1,7 +1,7 @@
 """nodes.recheck and nodes.instance_replaced: shared by observe (first sight, pending, final states) and the
 recovery ladder (recovery_due, recovering)."""
 
-from deephealth.domain.nodes import (
+from hyperpod_dhc.deephealth.domain.nodes import (
     Action,
     NodeRecord,
     NodeSnapshot,

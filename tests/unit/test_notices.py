@@ -2,8 +2,8 @@
 
 import pytest
 
-from deephealth.domain.nodes import NodeRecord, NodeState, Verdict, transition
-from deephealth.domain.notices import Metric, Notice, notices
+from hyperpod_dhc.deephealth.domain.nodes import NodeRecord, NodeState, Verdict, transition
+from hyperpod_dhc.deephealth.domain.notices import Metric, Notice, notices
 
 T = 1_000.0
 

@@ -1,6 +1,6 @@
 import json
 
-from deephealth.observability import bridge_reported, metrics, node_metric
+from hyperpod_dhc.deephealth.observability import bridge_reported, metrics, node_metric
 
 
 def test_node_metrics_are_also_emitted_per_cluster(capsys):

@@ -1,9 +1,9 @@
-from deephealth.domain.late_evidence import SCAN_S
-from deephealth.domain.nodes import Action, NodeRecord, NodeSnapshot, NodeState, Outcome, Verdict
-from deephealth.domain.observe import GONE_AFTER_S, Observation, observe
-from deephealth.domain.policy import GroupContext, GroupPolicy, Mode, NodeRecovery
-from deephealth.domain.recovery import REBOOT_SETTLE_S
-from deephealth.domain.result_log import ResultLog
+from hyperpod_dhc.deephealth.domain.late_evidence import SCAN_S
+from hyperpod_dhc.deephealth.domain.nodes import Action, NodeRecord, NodeSnapshot, NodeState, Outcome, Verdict
+from hyperpod_dhc.deephealth.domain.observe import GONE_AFTER_S, Observation, observe
+from hyperpod_dhc.deephealth.domain.policy import GroupContext, GroupPolicy, Mode, NodeRecovery
+from hyperpod_dhc.deephealth.domain.recovery import REBOOT_SETTLE_S
+from hyperpod_dhc.deephealth.domain.result_log import ResultLog
 from tests.unit.result_logs import error, event, info, owners, read
 
 A, B = "i-0000000000000000a", "i-0000000000000000b"
@@ -219,7 +219,7 @@ def test_a_waiting_node_that_falls_into_failure_is_hyperpods_to_retry_first():
 def test_an_unhealthy_report_about_a_node_in_failure_fails_it_and_one_still_running_rechecks_it():
     """Defect 5: an Unhealthy Node Health Event about a node left in Failure moved it to pending with no ready
     time (never checked, recovered or alerted) and kept its stale status."""
-    from deephealth.domain.observe import mark_unhealthy
+    from hyperpod_dhc.deephealth.domain.observe import mark_unhealthy
 
     o = obs(judge=False)
     record, decision = mark_unhealthy(rec(NodeState.PASSED, status="Running"), snap("Failure"), "HMA: Xid 79", o)

@@ -1,11 +1,11 @@
 import pytest
 from pydantic import ValidationError
 
-from deephealth.domain.nodes import HistoryEntry, NodeRecord, NodeState
-from deephealth.domain.on_demand import CheckRequest, queue_checks
-from deephealth.domain.policy import GroupContext, GroupPolicy, Mode
-from deephealth.domain.rounds import build_check_request
-from deephealth.domain.views import check_seconds, group_views
+from hyperpod_dhc.deephealth.domain.nodes import HistoryEntry, NodeRecord, NodeState
+from hyperpod_dhc.deephealth.domain.on_demand import CheckRequest, queue_checks
+from hyperpod_dhc.deephealth.domain.policy import GroupContext, GroupPolicy, Mode
+from hyperpod_dhc.deephealth.domain.rounds import build_check_request
+from hyperpod_dhc.deephealth.domain.views import check_seconds, group_views
 
 GROUPS = {
     "gpu": GroupContext(GroupPolicy()),
@@ -114,7 +114,7 @@ def test_group_view_progress_and_gpu_hours():
 
 
 def test_periodic_revalidation_picks_stale_passed_nodes_only_when_configured():
-    from deephealth.domain.on_demand import due_for_revalidation
+    from hyperpod_dhc.deephealth.domain.on_demand import due_for_revalidation
 
     day = 86400.0
     groups = {

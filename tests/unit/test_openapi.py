@@ -13,7 +13,9 @@ ENV = {
 
 def test_committed_openapi_document_matches_the_routes():
     with mock.patch.dict(os.environ, ENV):
-        from deephealth.handlers.api import openapi_json
+        from hyperpod_dhc.deephealth.handlers.api import openapi_json
 
         generated = openapi_json()
-    assert (REPO_ROOT / "infra" / "openapi.json").read_text() == generated, "run `make openapi`"
+    assert (REPO_ROOT / "infra" / "hyperpod_dhc" / "infra" / "openapi.json").read_text() == generated, (
+        "run `make openapi`"
+    )

@@ -1,6 +1,6 @@
 import pytest
 
-from deephealth.domain.policy import ConfigError, Mode, NodeRecovery, Recovery, parse_config
+from hyperpod_dhc.deephealth.domain.policy import ConfigError, Mode, NodeRecovery, Recovery, parse_config
 
 
 def test_defaults_are_valid_and_watch_every_cluster():
@@ -77,7 +77,7 @@ def test_bad_safety_policy_names_the_key(raw, named):
 
 
 def test_the_ladder_follows_recovery_and_max_attempts_unless_given():
-    from deephealth.domain.policy import GroupPolicy
+    from hyperpod_dhc.deephealth.domain.policy import GroupPolicy
 
     assert GroupPolicy().steps() == ("reboot", "replace")
     assert GroupPolicy(recovery=Recovery.REPLACE, max_attempts=3).steps() == ("replace",) * 3

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from deephealth.domain.policy import GroupPolicy
-from deephealth.domain.readings import LATENESS_HALF_LIFE_S, MIN_LAG_WEIGHT, ClusterReadings, SeenRecord
-from deephealth.evidence.classify import classify
-from deephealth.evidence.records import Event, assemble
+from hyperpod_dhc.deephealth.domain.policy import GroupPolicy
+from hyperpod_dhc.deephealth.domain.readings import LATENESS_HALF_LIFE_S, MIN_LAG_WEIGHT, ClusterReadings, SeenRecord
+from hyperpod_dhc.deephealth.evidence.classify import classify
+from hyperpod_dhc.deephealth.evidence.records import Event, assemble
 
 T0 = 1_790_000_000.0
 POLICY = GroupPolicy()  # start 300 s, floor 30 s, max 3600 s, revisit 3600 s

@@ -1,9 +1,9 @@
 import pytest
 
-from deephealth.domain.actions import action_refused, action_started
-from deephealth.domain.nodes import Action, ActionEntry, NodeRecord, NodeSnapshot, NodeState, Verdict
-from deephealth.domain.policy import GroupPolicy, NodeRecovery, Recovery
-from deephealth.domain.recovery import (
+from hyperpod_dhc.deephealth.domain.actions import action_refused, action_started
+from hyperpod_dhc.deephealth.domain.nodes import Action, ActionEntry, NodeRecord, NodeSnapshot, NodeState, Verdict
+from hyperpod_dhc.deephealth.domain.policy import GroupPolicy, NodeRecovery, Recovery
+from hyperpod_dhc.deephealth.domain.recovery import (
     ACTION_RETRY_BASE_S,
     ACTION_TIMEOUT_S,
     MAX_ACTION_RETRIES,
@@ -116,7 +116,7 @@ def test_action_started_counts_and_refusals_back_off_then_give_up():
 def test_an_action_whose_answer_was_lost_stays_counted_and_in_flight():
     """Defect 6: a replacement HyperPod carried out but answered 5xx was re-sent, refused as InstanceIdInUse,
     taken back from the budget and credited to HyperPod."""
-    from deephealth.domain.actions import action_started, action_unconfirmed
+    from hyperpod_dhc.deephealth.domain.actions import action_started, action_unconfirmed
 
     due = NodeRecord(cluster="c", key="n", group="g", logical_id="n", instance_id="i-1", state=NodeState.RECOVERY_DUE,
                      version=1)  # fmt: skip

@@ -1,11 +1,11 @@
 """A check HyperPod refused for the request itself (an inconclusive verdict no re-check can settle), and the end
 of HyperPod's grace on a failed node (domain.grace): fidelity readings V7 and V8."""
 
-from deephealth.domain.grace import after_grace, grace_expired, grace_start, hyperpod_action
-from deephealth.domain.nodes import Action, NodeRecord, NodeState, Verdict
-from deephealth.domain.notices import notices
-from deephealth.domain.policy import GroupPolicy, Recovery
-from deephealth.domain.recovery import apply_verdict
+from hyperpod_dhc.deephealth.domain.grace import after_grace, grace_expired, grace_start, hyperpod_action
+from hyperpod_dhc.deephealth.domain.nodes import Action, NodeRecord, NodeState, Verdict
+from hyperpod_dhc.deephealth.domain.notices import notices
+from hyperpod_dhc.deephealth.domain.policy import GroupPolicy, Recovery
+from hyperpod_dhc.deephealth.domain.recovery import apply_verdict
 
 NOW = 50_000.0
 MESSAGE = "Deep health checks are not supported for instance type ml.trn1.32xlarge"

@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from deephealth.domain.policy import ConfigError, parse_config
-from deephealth.evidence.classify import classify
-from deephealth.evidence.records import Event, assemble
-from deephealth.evidence.rules import PATTERN_MAX_CHARS, Kind, PatternError, compile_patterns
-from deephealth.evidence.rules import Test as Probe
+from hyperpod_dhc.deephealth.domain.policy import ConfigError, parse_config
+from hyperpod_dhc.deephealth.evidence.classify import classify
+from hyperpod_dhc.deephealth.evidence.records import Event, assemble
+from hyperpod_dhc.deephealth.evidence.rules import PATTERN_MAX_CHARS, Kind, PatternError, compile_patterns
+from hyperpod_dhc.deephealth.evidence.rules import Test as Probe
 
 BURN_IN = "^GPU burn-in \\d+/\\d+ complete \\(gpu_burn \\d+ s\\)$"
 

@@ -5,7 +5,7 @@ reaches it wins), in the lock once a round claims it; its counters."""
 import pytest
 from pydantic import ValidationError
 
-from deephealth.domain.nodes import (
+from hyperpod_dhc.deephealth.domain.nodes import (
     JOB_WON,
     REVALIDATION,
     NodeRecord,
@@ -16,11 +16,11 @@ from deephealth.domain.nodes import (
     revalidating,
     transition,
 )
-from deephealth.domain.notices import notices
-from deephealth.domain.on_demand import REVALIDATION_RETRY_S, due_for_revalidation, queue_revalidations
-from deephealth.domain.policy import GroupContext, GroupPolicy
-from deephealth.domain.recovery import apply_verdict
-from deephealth.domain.slurm import (
+from hyperpod_dhc.deephealth.domain.notices import notices
+from hyperpod_dhc.deephealth.domain.on_demand import REVALIDATION_RETRY_S, due_for_revalidation, queue_revalidations
+from hyperpod_dhc.deephealth.domain.policy import GroupContext, GroupPolicy
+from hyperpod_dhc.deephealth.domain.recovery import apply_verdict
+from hyperpod_dhc.deephealth.domain.slurm import (
     BUSY_FRESH_S,
     CHECK,
     OWNED_PREFIX,

@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from deephealth.domain.nodes import IN_PROGRESS, RUNNING, NodeRecord, NodeSnapshot, NodeState
-from deephealth.domain.policy import GroupContext, GroupPolicy
-from deephealth.domain.rounds import (
+from hyperpod_dhc.deephealth.domain.nodes import IN_PROGRESS, RUNNING, NodeRecord, NodeSnapshot, NodeState
+from hyperpod_dhc.deephealth.domain.policy import GroupContext, GroupPolicy
+from hyperpod_dhc.deephealth.domain.rounds import (
     FIRST_POLL_S,
     LATE_LINES_LOOK_S,
     lines_due,
@@ -127,7 +127,7 @@ def test_next_look_never_wakes_after_judge_at_and_never_before_a_second(
 def test_a_round_watches_the_on_start_checks_no_live_round_watches():
     """Nodes in HyperPod's on-start check are taken by a round (its polls judge them): those no round holds,
     or an ended round (a lower sequence number) left; not another live one's, not a node of an on-demand check."""
-    from deephealth.domain.rounds import watchable
+    from hyperpod_dhc.deephealth.domain.rounds import watchable
 
     def watched(key, round_id, observe_only=True):
         return checking(key, round_id=round_id).model_copy(update={"observe_only": observe_only})
@@ -143,7 +143,7 @@ def test_a_round_watches_the_on_start_checks_no_live_round_watches():
 
 
 def test_a_listing_window_needs_every_member_listed():
-    from deephealth.domain.rounds import listing_window
+    from hyperpod_dhc.deephealth.domain.rounds import listing_window
 
     launched = snap().model_copy(update={"launched_at": 10.0})
     assert listing_window([launched, launched.model_copy(update={"launched_at": 20.0})]).launched_before == 20.0

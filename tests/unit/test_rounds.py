@@ -1,8 +1,8 @@
 import pytest
 
-from deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState
-from deephealth.domain.policy import GroupContext, GroupPolicy, Mode
-from deephealth.domain.rounds import (
+from hyperpod_dhc.deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState
+from hyperpod_dhc.deephealth.domain.policy import GroupContext, GroupPolicy, Mode
+from hyperpod_dhc.deephealth.domain.rounds import (
     FIRST_POLL_S,
     MAX_CONFIGS_PER_CHECK,
     MAX_IDS_PER_CONFIG,

@@ -3,14 +3,22 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deephealth.domain.actions import action_refused, action_started
-from deephealth.domain.breakers import BreakerReset, SafetyState, reset
-from deephealth.domain.limits import breaker_reason, budget_use
-from deephealth.domain.nodes import Action, ActionEntry, NodeRecord, NodeState, Outcome, Verdict
-from deephealth.domain.observe import Observation, observe
-from deephealth.domain.policy import Breaker, Budget, ClusterPolicy, GroupContext, GroupPolicy, Lemon, NodeRecovery
-from deephealth.domain.recovery import apply_verdict, due_action, plan_recovery
-from deephealth.domain.safety import (
+from hyperpod_dhc.deephealth.domain.actions import action_refused, action_started
+from hyperpod_dhc.deephealth.domain.breakers import BreakerReset, SafetyState, reset
+from hyperpod_dhc.deephealth.domain.limits import breaker_reason, budget_use
+from hyperpod_dhc.deephealth.domain.nodes import Action, ActionEntry, NodeRecord, NodeState, Outcome, Verdict
+from hyperpod_dhc.deephealth.domain.observe import Observation, observe
+from hyperpod_dhc.deephealth.domain.policy import (
+    Breaker,
+    Budget,
+    ClusterPolicy,
+    GroupContext,
+    GroupPolicy,
+    Lemon,
+    NodeRecovery,
+)
+from hyperpod_dhc.deephealth.domain.recovery import apply_verdict, due_action, plan_recovery
+from hyperpod_dhc.deephealth.domain.safety import (
     HOLD_BREAKER,
     HOLD_CAPACITY,
     HOLD_CLUSTER_BUDGET,
@@ -246,7 +254,7 @@ def test_dry_run_records_what_it_would_do_and_does_nothing():
 
 
 def test_a_shadowed_node_is_checked_for_real_once_the_group_leaves_dry_run():
-    from deephealth.domain.nodes import NodeSnapshot
+    from hyperpod_dhc.deephealth.domain.nodes import NodeSnapshot
 
     shadowed = node("s", state=NodeState.SHADOWED, status="Running")
     snap = NodeSnapshot(group="g", instance_id="i-s", logical_id="s", status="Running")
@@ -303,7 +311,7 @@ def test_a_refused_action_is_taken_back_from_attempts_and_budget():
 
 # -- issue 11, defect 3: no round is chained (or started) that could change nothing ------------------------------
 def test_a_replacement_budget_of_zero_holds_the_node_and_no_round_could_progress():
-    from deephealth.domain.safety import progress_possible
+    from hyperpod_dhc.deephealth.domain.safety import progress_possible
 
     ctx = groups(recovery="replace", replace_budget=Budget(max_nodes=0))
     due = node("a", action=Action.REPLACE)
@@ -315,7 +323,7 @@ def test_a_replacement_budget_of_zero_holds_the_node_and_no_round_could_progress
 
 
 def test_a_full_out_of_service_cap_with_queued_in_service_nodes_is_no_progress():
-    from deephealth.domain.safety import progress_possible
+    from hyperpod_dhc.deephealth.domain.safety import progress_possible
 
     ctx = groups(max_out_of_service_pct=10)
     busy = node("busy", state=NodeState.RECOVERING, outcomes=passed())

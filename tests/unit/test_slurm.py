@@ -4,8 +4,8 @@ test_slurm_contract.py."""
 
 import pytest
 
-from deephealth.domain.nodes import NodeRecord, NodeState, Outcome, Verdict
-from deephealth.domain.slurm import (
+from hyperpod_dhc.deephealth.domain.nodes import NodeRecord, NodeState, Outcome, Verdict
+from hyperpod_dhc.deephealth.domain.slurm import (
     BUSY_FRESH_S,
     OWNED_PREFIX,
     Desired,

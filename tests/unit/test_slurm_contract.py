@@ -1,10 +1,10 @@
-"""The controller and the bridge speak one vocabulary: the bridge (functions/hpdhc, no pydantic, Python 3.10)
-keeps its own copy of what deephealth.domain.slurm says, and this test holds the two together."""
+"""The controller and the bridge speak one vocabulary: the bridge (functions/hyperpod_dhc/hpdhc, no pydantic, Python
+3.10) keeps its own copy of what hyperpod_dhc.deephealth.domain.slurm says, and this test holds the two together."""
 
-from deephealth.domain import slurm as domain
-from deephealth.domain.nodes import NodeRecord, NodeState, Outcome, Verdict
-from hpdhc import client, gate, scontrol, sync
-from hpdhc import document as bridge_document
+from hyperpod_dhc.deephealth.domain import slurm as domain
+from hyperpod_dhc.deephealth.domain.nodes import NodeRecord, NodeState, Outcome, Verdict
+from hyperpod_dhc.hpdhc import client, gate, scontrol, sync
+from hyperpod_dhc.hpdhc import document as bridge_document
 
 
 def test_the_bridge_and_the_controller_share_prefix_features_and_bounds():

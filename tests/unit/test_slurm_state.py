@@ -8,10 +8,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState
-from deephealth.domain.observe import Observation, observe
-from deephealth.domain.policy import ConfigError, GroupContext, GroupPolicy, NodeRecovery, parse_config
-from deephealth.domain.slurm import (
+from hyperpod_dhc.deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState
+from hyperpod_dhc.deephealth.domain.observe import Observation, observe
+from hyperpod_dhc.deephealth.domain.policy import ConfigError, GroupContext, GroupPolicy, NodeRecovery, parse_config
+from hyperpod_dhc.deephealth.domain.slurm import (
     BUSY_FRESH_S,
     JOB_WAIT_S,
     MAX_REPORTED_NODES,

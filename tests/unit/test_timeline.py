@@ -1,6 +1,6 @@
-"""`hpdhc.timeline` on node documents as the API returns them, and `hpdhc timeline` against a stubbed API: segments,
-marks and rounds from histories, the page's data read back, and a page that fetches nothing. With the twin's own
-records and its local API: tests/simulation/test_timeline.py."""
+"""`hyperpod_dhc.hpdhc.timeline` on node documents as the API returns them, and `hpdhc timeline` against a stubbed API:
+segments, marks and rounds from histories, the page's data read back, and a page that fetches nothing. With the twin's
+own records and its local API: tests/simulation/test_timeline.py."""
 
 import itertools
 import json
@@ -8,9 +8,9 @@ import re
 
 import pytest
 
-from hpdhc import cli, timeline
-from hpdhc import timeline_page as page_of
-from hpdhc.client import ApiError, OperatorClient
+from hyperpod_dhc.hpdhc import cli, timeline
+from hyperpod_dhc.hpdhc import timeline_page as page_of
+from hyperpod_dhc.hpdhc.client import ApiError, OperatorClient
 
 T0 = 1_790_000_000.0
 

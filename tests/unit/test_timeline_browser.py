@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hpdhc import timeline_page as page_of
+from hyperpod_dhc.hpdhc import timeline_page as page_of
 
 from .test_timeline import LATE_QUARANTINE, picture, thousand
 

@@ -2,15 +2,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from deephealth.domain.nodes import IN_PROGRESS, NodeRecord, NodeSnapshot, NodeState, Verdict, failure_like
-from deephealth.domain.rounds import SKIP_GRACE_S
-from deephealth.domain.verdicts import Look, judge_check, judge_late, left_check
-from deephealth.evidence.attribute import NodeEvidence
-from deephealth.evidence.classify import Finding, classify
-from deephealth.evidence.judge import Requirements
-from deephealth.evidence.records import Event, assemble
-from deephealth.evidence.rules import ALL_TESTS, Kind
-from deephealth.evidence.rules import Test as Probe
+from hyperpod_dhc.deephealth.domain.nodes import IN_PROGRESS, NodeRecord, NodeSnapshot, NodeState, Verdict, failure_like
+from hyperpod_dhc.deephealth.domain.rounds import SKIP_GRACE_S
+from hyperpod_dhc.deephealth.domain.verdicts import Look, judge_check, judge_late, left_check
+from hyperpod_dhc.deephealth.evidence.attribute import NodeEvidence
+from hyperpod_dhc.deephealth.evidence.classify import Finding, classify
+from hyperpod_dhc.deephealth.evidence.judge import Requirements
+from hyperpod_dhc.deephealth.evidence.records import Event, assemble
+from hyperpod_dhc.deephealth.evidence.rules import ALL_TESTS, Kind
+from hyperpod_dhc.deephealth.evidence.rules import Test as Probe
 
 T0 = 1_000_000.0
 TIMEOUT = 3 * 3600

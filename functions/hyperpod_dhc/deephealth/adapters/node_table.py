@@ -1,0 +1,462 @@
+"""The controller's DynamoDB table: one item per node, one round/lease item, one safety item (breaker and
+holds), one readings item (what the cluster was seen to do) and one registry item per cluster.
+
+Throttling and 5xx left over after botocore's retries surface as Throttled / TransientError (the names the
+round workflow's Retry matches).
+
+Keys: pk = "CLUSTER#<name>"; sk = "NODE#<node key>" | "ROUND" | "SAFETY" | "READINGS". Registry: pk = "CLUSTERS",
+sk = <name>, with `recorded_at` and the Slurm bridge's fencing token (`bridge_holder`, `fence`, `bridge_seen_at`:
+`domain.bridge_fence`), each written by an update of its own attributes only.
+A node item carries the record as JSON plus the version that conditions need, and every write
+is conditional on the version read, so two writers never silently overwrite each other.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from hyperpod_dhc.deephealth.adapters import aws, clock
+from hyperpod_dhc.deephealth.domain.breakers import SafetyState
+from hyperpod_dhc.deephealth.domain.bridge_fence import BridgeLease
+from hyperpod_dhc.deephealth.domain.errors import StaleRecord, Throttled
+from hyperpod_dhc.deephealth.domain.nodes import NodeRecord
+from hyperpod_dhc.deephealth.domain.readings import ClusterReadings
+from hyperpod_dhc.deephealth.domain.rounds import chunks
+
+NODE_PREFIX = "NODE#"
+ROUND_SK = "ROUND"
+SAFETY_SK = "SAFETY"
+READINGS_SK = "READINGS"
+INFO_SK = "INFO"  # the cluster's last DescribeCluster answer, shared by every function (Context.describe)
+NOT_SLURM_SK = "NOT_SLURM"  # the cluster ARN a "not a Slurm cluster" alert was sent for (one alert per cluster)
+REGISTRY_PK = "CLUSTERS"
+# The index of node items by when they were saved (`saved_at`, whole seconds of the writer's clock): "did any node
+# of the cluster change since t?" reads at most one key, however large the cluster (the Slurm bridge's idle pass).
+SAVED_INDEX = "BySavedAt"
+# A save is stamped by its writer's clock and shows in the index within about a second: a "saved since t?" asks
+# from this much earlier, so that a save that landed late is not missed.
+SAVE_MARGIN_S = 60
+WHOLE_RELOAD_S = 900  # a warm Lambda reads a cluster's records whole at least this often (and on a cold start)
+BATCH_GET_MAX = 100  # keys per BatchGetItem (the API's limit)
+Doc = TypeVar("Doc", SafetyState, ClusterReadings)  # a cluster-wide document: `cluster`, `version`
+BATCH_GET_ATTEMPTS = 5
+
+
+def Key(name: str) -> Any:
+    """boto3's ``Key`` condition, imported on first use (it imports boto3, which the first call needs anyway)."""
+    return aws.conditions().Key(name)
+
+
+def Attr(name: str) -> Any:
+    """boto3's ``Attr`` condition, imported on first use."""
+    return aws.conditions().Attr(name)
+
+
+def cluster_pk(cluster: str) -> str:
+    return f"CLUSTER#{cluster}"
+
+
+@dataclass(frozen=True)
+class RoundMeta:
+    seq: int = 0
+    holder: str | None = None
+    lease_expires_at: float = 0.0
+    check_requested: str | None = None  # the round that asked HyperPod for the check now active, if any
+    # When an event last said a node of the cluster changed (Intake): a live round's poll then looks at the whole
+    # cluster, not only its members.
+    changed_at: float | None = None
+
+
+@dataclass(frozen=True)
+class Registration:
+    """A cluster's registry item: when a whole listing was last recorded, and its Slurm bridge's fence."""
+
+    recorded_at: float | None = None
+    lease: BridgeLease = field(default_factory=BridgeLease)
+
+
+@dataclass
+class _Warm:
+    """A cluster's records as this Lambda last loaded them (see `NodeTable.load_cluster`)."""
+
+    loaded_at: float  # when they were last brought up to date
+    whole_at: float  # when they were last read whole
+    records: dict[str, NodeRecord]
+
+
+class NodeTable:
+    def __init__(self, table_name: str, table: Any | None = None) -> None:
+        self._name = table_name
+        self._table = table
+        self._warm: dict[str, _Warm] = {}
+
+    @property
+    def t(self) -> Any:
+        return self._table or aws.table(self._name)
+
+    # -- nodes ---------------------------------------------------------------------------------------
+    @aws.translated
+    def load_cluster(self, cluster: str) -> dict[str, NodeRecord]:
+        """Every node record of the cluster. A warm Lambda reads only what was saved since its last load (the
+        SAVED_INDEX keys, then those records, consistently) on top of what it holds, and the whole cluster again
+        every WHOLE_RELOAD_S: a look at a 10,000-node cluster where little changes reads little."""
+        now = clock.now()
+        warm = self._warm.get(cluster)
+        if warm is None or not 0 <= now - warm.whole_at < WHOLE_RELOAD_S:
+            warm = _Warm(now, now, self._query_cluster(cluster))
+        else:
+            saved = self._saved_since(cluster, warm.loaded_at - SAVE_MARGIN_S)
+            warm = _Warm(now, warm.whole_at, {**warm.records, **self.load_nodes(cluster, saved)})
+        self._warm[cluster] = warm
+        return dict(warm.records)
+
+    def _query_cluster(self, cluster: str) -> dict[str, NodeRecord]:
+        records: dict[str, NodeRecord] = {}
+        kwargs: dict[str, Any] = {
+            "KeyConditionExpression": Key("pk").eq(cluster_pk(cluster)) & Key("sk").begins_with(NODE_PREFIX),
+            "ProjectionExpression": "#doc",  # keys and version are inside the document
+            "ExpressionAttributeNames": {"#doc": "doc"},
+        }
+        while True:
+            page = self.t.query(**kwargs)
+            for item in page.get("Items", []):
+                record = _record(item)
+                records[record.key] = record
+            if "LastEvaluatedKey" not in page:
+                return records
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    def _saved_since(self, cluster: str, since: float) -> set[str]:
+        """The keys of the node records saved at or after `since` (SAVED_INDEX: keys only)."""
+        keys: set[str] = set()
+        kwargs = _saved_since_query(cluster, since)
+        while True:
+            page = self.t.query(**kwargs)
+            keys |= {str(i["sk"]).removeprefix(NODE_PREFIX) for i in page.get("Items", [])}
+            if "LastEvaluatedKey" not in page:
+                return keys
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    @aws.translated
+    def load_nodes(self, cluster: str, keys: Iterable[str]) -> dict[str, NodeRecord]:
+        """The records of these nodes (consistent reads, 100 per BatchGetItem); unknown keys are left out."""
+        records: dict[str, NodeRecord] = {}
+        pk = cluster_pk(cluster)
+        for part in chunks(sorted(set(keys)), BATCH_GET_MAX):
+            request: dict[str, Any] = {
+                self._name: {
+                    "Keys": [{"pk": pk, "sk": NODE_PREFIX + k} for k in part],
+                    "ProjectionExpression": "#doc",
+                    "ExpressionAttributeNames": {"#doc": "doc"},
+                    "ConsistentRead": True,
+                }
+            }
+            for attempt in range(BATCH_GET_ATTEMPTS):
+                # The resource's client: it takes and returns plain Python values, as the Table does.
+                page = self.t.meta.client.batch_get_item(RequestItems=request)
+                for item in page.get("Responses", {}).get(self._name, []):
+                    record = _record(item)
+                    records[record.key] = record
+                request = page.get("UnprocessedKeys") or {}
+                if not request:
+                    break
+                time.sleep(min(1.0, 0.05 * 2**attempt))  # DynamoDB's advice for unprocessed keys: back off
+            else:
+                raise Throttled(f"BatchGetItem left keys unprocessed after {BATCH_GET_ATTEMPTS} attempts")
+        return records
+
+    @aws.translated
+    def changed_since(self, cluster: str, since: float) -> bool:
+        """Whether a node record of the cluster was saved at or after `since` (SAVED_INDEX; at most one key read)."""
+        return bool(self.t.query(**_saved_since_query(cluster, since), Limit=1).get("Items"))
+
+    @aws.translated
+    def get(self, cluster: str, key: str) -> NodeRecord | None:
+        item = self.t.get_item(Key={"pk": cluster_pk(cluster), "sk": NODE_PREFIX + key}, ConsistentRead=True)
+        return _record(item["Item"]) if "Item" in item else None
+
+    @aws.translated
+    def save(self, record: NodeRecord) -> NodeRecord:
+        """Write `record` if nobody wrote the node since it was read; returns it with the new version."""
+        saved = record.model_copy(update={"version": record.version + 1})
+        self._put_versioned(record.cluster, NODE_PREFIX + record.key, record.version, saved.model_dump_json())
+        if (warm := self._warm.get(record.cluster)) is not None:
+            warm.records[saved.key] = saved  # what this Lambda wrote, it knows
+        return saved
+
+    # -- safety: the cluster's breaker and bad-capacity holds -------------------------------------------
+    @aws.translated
+    def safety(self, cluster: str) -> SafetyState:
+        return self._cluster_doc(cluster, SAFETY_SK, SafetyState)
+
+    @aws.translated
+    def save_safety(self, state: SafetyState) -> SafetyState:
+        """Write the safety state if nobody changed it since it was read (raises StaleRecord otherwise)."""
+        return self._save_cluster_doc(state, SAFETY_SK)
+
+    # -- readings: what the cluster was seen to do (stream names, line shapes, lag, ...) ---------------------
+    @aws.translated
+    def readings(self, cluster: str) -> ClusterReadings:
+        return self._cluster_doc(cluster, READINGS_SK, ClusterReadings)
+
+    @aws.translated
+    def save_readings(self, readings: ClusterReadings) -> ClusterReadings:
+        """Write the readings if nobody changed them since they were read (raises StaleRecord otherwise)."""
+        return self._save_cluster_doc(readings, READINGS_SK)
+
+    # -- the cluster's last DescribeCluster answer ------------------------------------------------------------
+    @aws.translated
+    def cluster_info(self, cluster: str) -> tuple[float, dict[str, Any]] | None:
+        """(when it was described, ClusterInfo.to_json()) or None."""
+        item = self.t.get_item(Key={"pk": cluster_pk(cluster), "sk": INFO_SK}).get("Item")
+        return (float(item["described_at"]), json.loads(item["doc"])) if item else None
+
+    @aws.translated
+    def save_cluster_info(self, cluster: str, described_at: float, info: dict[str, Any]) -> None:
+        item = {"pk": cluster_pk(cluster), "sk": INFO_SK, "described_at": math.floor(described_at)}
+        self.t.put_item(Item={**item, "doc": json.dumps(info, sort_keys=True)})
+
+    @aws.translated
+    def note_not_slurm(self, cluster: str, arn: str) -> bool:
+        """Mark that cluster `arn` (named `cluster`) is not a Slurm cluster; False if it already was marked. A
+        cluster recreated under the same name has a new ARN, and is marked (and said) again."""
+        try:
+            self.t.put_item(
+                Item={"pk": cluster_pk(cluster), "sk": NOT_SLURM_SK, "arn": arn},
+                ConditionExpression=Attr("pk").not_exists() | Attr("arn").ne(arn),
+            )
+        except aws.ClientError as err:
+            if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    @aws.translated
+    def forget_cluster_info(self, cluster: str) -> None:
+        self.t.delete_item(Key={"pk": cluster_pk(cluster), "sk": INFO_SK})
+
+    def _cluster_doc(self, cluster: str, sk: str, model: type[Doc]) -> Doc:
+        """A cluster-wide document (its item, or a new one at version 0)."""
+        item = self.t.get_item(Key={"pk": cluster_pk(cluster), "sk": sk}, ConsistentRead=True).get("Item")
+        return model.model_validate_json(item["doc"]) if item else model(cluster=cluster)
+
+    def _save_cluster_doc(self, doc: Doc, sk: str) -> Doc:
+        saved = doc.model_copy(update={"version": doc.version + 1})
+        self._put_versioned(doc.cluster, sk, doc.version, saved.model_dump_json())
+        return saved
+
+    def _put_versioned(self, cluster: str, sk: str, version: int, doc: str) -> None:
+        """One conditional put: the item is new (version 0) or still at `version`."""
+        condition = Attr("pk").not_exists() if version == 0 else Attr("version").eq(version)
+        # Only what conditions and the index need sits beside the JSON document: fewer attributes, cheaper reads.
+        item: dict[str, Any] = {"pk": cluster_pk(cluster), "sk": sk, "version": version + 1, "doc": doc}
+        if sk.startswith(NODE_PREFIX):
+            item["saved_at"] = math.floor(clock.now())
+        try:
+            self.t.put_item(Item=item, ConditionExpression=condition)
+        except aws.ClientError as err:
+            if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                raise StaleRecord(f"{cluster}/{sk} changed since version {version}") from None
+            raise
+
+    # -- cluster registry: lets the reconciler close out clusters that vanished from ListClusters ------
+    @aws.translated
+    def register_cluster(self, cluster: str, recorded_at: float | None = None) -> None:
+        """Known to the reconciler; with `recorded_at`, every node HyperPod listed then is recorded (the Slurm
+        bridge's document covers the whole cluster from then on), without it not (yet). An update of that one
+        attribute: the bridge's fence on the same item stays."""
+        key = {"pk": REGISTRY_PK, "sk": cluster}
+        if recorded_at is None:
+            self.t.update_item(Key=key, UpdateExpression="REMOVE recorded_at")
+        else:  # whole seconds: DynamoDB numbers are Decimal, not float
+            self.t.update_item(
+                Key=key, UpdateExpression="SET recorded_at = :t", ExpressionAttributeValues={":t": int(recorded_at)}
+            )
+
+    @aws.translated
+    def recorded_at(self, cluster: str) -> float | None:
+        """When a whole listing of the cluster was last recorded (register_cluster), None if never."""
+        item = self.t.get_item(Key={"pk": REGISTRY_PK, "sk": cluster}).get("Item") or {}
+        return float(item["recorded_at"]) if "recorded_at" in item else None
+
+    @aws.translated
+    def registration(self, cluster: str) -> Registration:
+        """The cluster's registry item, read consistently (the bridge's fence is decided on it)."""
+        item = self.t.get_item(Key={"pk": REGISTRY_PK, "sk": cluster}, ConsistentRead=True).get("Item") or {}
+        lease = BridgeLease(
+            holder=item.get("bridge_holder"),
+            fence=int(item.get("fence", 0)),
+            seen_at=float(item["bridge_seen_at"]) if "bridge_seen_at" in item else None,
+        )
+        return Registration(float(item["recorded_at"]) if "recorded_at" in item else None, lease)
+
+    @aws.translated
+    def write_bridge_lease(self, cluster: str, read: BridgeLease, lease: BridgeLease) -> bool:
+        """Write the cluster's bridge fence as `lease` if it is still `read` (same fence, same holder); False when
+        another pull changed it first."""
+        same_fence = Attr("fence").eq(read.fence) if read.fence else Attr("fence").not_exists()
+        same_holder = Attr("bridge_holder").eq(read.holder) if read.holder else Attr("bridge_holder").not_exists()
+        try:
+            self.t.update_item(
+                Key={"pk": REGISTRY_PK, "sk": cluster},
+                UpdateExpression="SET bridge_holder = :h, fence = :f, bridge_seen_at = :t",
+                ConditionExpression=same_fence & same_holder,
+                ExpressionAttributeValues={
+                    ":h": lease.holder,
+                    ":f": lease.fence,
+                    ":t": math.floor(lease.seen_at or 0),  # whole seconds (Decimal); rounded down: never later
+                },
+            )
+        except aws.ClientError as err:
+            if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    @aws.translated
+    def registered_clusters(self) -> list[str]:
+        out: list[str] = []
+        kwargs: dict[str, Any] = {"KeyConditionExpression": Key("pk").eq(REGISTRY_PK)}
+        while True:
+            page = self.t.query(**kwargs)
+            out += [i["sk"] for i in page.get("Items", [])]
+            if "LastEvaluatedKey" not in page:
+                return out
+            kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
+
+    @aws.translated
+    def unregister_cluster(self, cluster: str) -> None:
+        self.t.delete_item(Key={"pk": REGISTRY_PK, "sk": cluster})
+
+    # -- rounds: sequence number + lease ----------------------------------------------------------------
+    @aws.translated
+    def round_meta(self, cluster: str) -> RoundMeta:
+        item = self.t.get_item(Key={"pk": cluster_pk(cluster), "sk": ROUND_SK}, ConsistentRead=True).get("Item")
+        if not item:
+            return RoundMeta()
+        return _round_meta(item)
+
+    @aws.translated
+    def acquire_lease(self, cluster: str, seq: int, holder: str, now: float, ttl_s: float) -> RoundMeta | None:
+        """Take (or renew) the cluster's lease for round `seq`: the round item as written, None if another round
+        holds it."""
+        free = Attr("holder").not_exists() | Attr("holder").eq(holder) | Attr("lease_expires_at").lt(int(now))
+        try:
+            answer = self.t.update_item(
+                Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
+                UpdateExpression="SET holder = :h, lease_expires_at = :exp, seq = if_not_exists(seq, :seq)",
+                ConditionExpression=_seq_is(seq) & free,
+                ExpressionAttributeValues={":h": holder, ":exp": int(now + ttl_s), ":seq": seq},
+                ReturnValues="ALL_NEW",  # the same write, and the poll learns whether an event came (changed_at)
+            )
+        except aws.ClientError as err:
+            if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return None
+            raise
+        return _round_meta(answer.get("Attributes") or {})
+
+    @aws.translated
+    def note_change(self, cluster: str, now: float) -> None:
+        """An event said a node of the cluster changed: a live round's next poll looks at the whole cluster."""
+        self.t.update_item(
+            Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
+            UpdateExpression="SET changed_at = :t",
+            ExpressionAttributeValues={":t": math.ceil(now)},  # whole seconds, rounded up: never before the event
+        )
+
+    @aws.translated
+    def claim_arrivals_look(self, cluster: str, now: float, gap_s: float) -> bool:
+        """Take the cluster's look for arrivals (usecases/record_arrivals) unless another was taken within `gap_s`:
+        one conditional write, so two Lambdas woken together list the cluster once."""
+        try:
+            self.t.update_item(
+                Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
+                UpdateExpression="SET arrivals_looked_at = :t",
+                ConditionExpression=Attr("arrivals_looked_at").not_exists()
+                | Attr("arrivals_looked_at").lte(math.floor(now - gap_s)),
+                ExpressionAttributeValues={":t": math.floor(now)},
+            )
+        except aws.ClientError as err:
+            if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
+
+    @aws.translated
+    def note_whole_look(self, cluster: str, now: float) -> None:
+        """A round listed the whole cluster: it counts as the look for arrivals (`claim_arrivals_look`)."""
+        self.t.update_item(
+            Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
+            UpdateExpression="SET arrivals_looked_at = :t",
+            ExpressionAttributeValues={":t": math.floor(now)},
+        )
+
+    @aws.translated
+    def note_check_request(self, cluster: str, holder: str | None) -> bool:
+        """Record that round `holder` is asking for a check (None: its request was refused); lease holder only."""
+        if holder is None:
+            return self._update_round(cluster, "REMOVE check_requested", Attr("holder").exists(), {})
+        return self._update_round(cluster, "SET check_requested = :h", Attr("holder").eq(holder), {":h": holder})
+
+    @aws.translated
+    def release_lease(self, cluster: str, holder: str) -> bool:
+        """Release the lease and advance the round sequence; False if `holder` no longer held it."""
+        return self._update_round(
+            cluster,
+            "SET seq = seq + :one REMOVE holder, lease_expires_at, check_requested",
+            Attr("holder").eq(holder),
+            {":one": 1},
+        )
+
+    @aws.translated
+    def skip_round(self, cluster: str, seq: int) -> bool:
+        """Advance past round `seq` whose execution ended without releasing (stopped, timed out)."""
+        update = "SET seq = :next REMOVE holder, lease_expires_at, check_requested"
+        return self._update_round(cluster, update, _seq_is(seq), {":next": seq + 1})
+
+    def _update_round(self, cluster: str, update: str, condition: Any, values: dict[str, Any]) -> bool:
+        """One conditional write of the round item; False when the condition does not hold."""
+        try:
+            self.t.update_item(
+                Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
+                UpdateExpression=update,
+                ConditionExpression=condition,
+                **({"ExpressionAttributeValues": values} if values else {}),
+            )
+            return True
+        except aws.ClientError as err:
+            if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+
+
+def _round_meta(item: dict[str, Any]) -> RoundMeta:
+    return RoundMeta(
+        seq=int(item.get("seq", 0)),
+        holder=item.get("holder"),
+        lease_expires_at=float(item.get("lease_expires_at", 0)),
+        check_requested=item.get("check_requested"),
+        changed_at=float(item["changed_at"]) if "changed_at" in item else None,
+    )
+
+
+def _seq_is(seq: int) -> Any:
+    """The round item is at sequence `seq` (a cluster's first round has no item yet)."""
+    return Attr("seq").eq(seq) if seq else (Attr("seq").not_exists() | Attr("seq").eq(0))
+
+
+def _record(item: dict[str, Any]) -> NodeRecord:
+    return NodeRecord.model_validate_json(item["doc"])
+
+
+def _saved_since_query(cluster: str, since: float) -> dict[str, Any]:
+    """The SAVED_INDEX query of the cluster's node records saved at or after `since` (saved_at is whole seconds)."""
+    return {
+        "IndexName": SAVED_INDEX,
+        "KeyConditionExpression": Key("pk").eq(cluster_pk(cluster)) & Key("saved_at").gte(math.floor(since)),
+    }

@@ -1,0 +1,7 @@
+"""RecoverNodes: the round workflow's "Recover nodes" step."""
+
+from hyperpod_dhc.deephealth.handlers.round_step import round_step
+from hyperpod_dhc.deephealth.settings import RecoverNodesSettings
+from hyperpod_dhc.deephealth.usecases.recover_nodes import recover_nodes
+
+lambda_handler = round_step(RecoverNodesSettings, recover_nodes)

@@ -1,0 +1,87 @@
+"""Reconcile: the level-triggered pass over every watched cluster, so a lost event never loses a node.
+
+Intake calls `reconcile_cluster` for a cluster event too: the cluster's own state decides what happens."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from hyperpod_dhc.deephealth.domain.errors import ClusterNotFound, ClusterNotSlurm
+from hyperpod_dhc.deephealth.domain.on_demand import due_for_revalidation, queue_revalidations
+from hyperpod_dhc.deephealth.domain.waiting import overdue_waits
+from hyperpod_dhc.deephealth.observability import MetricUnit, logger, metrics
+from hyperpod_dhc.deephealth.usecases.context import Context
+from hyperpod_dhc.deephealth.usecases.decisions import notify, save_and_announce
+from hyperpod_dhc.deephealth.usecases.observe_cluster import close_cluster, observe_cluster
+from hyperpod_dhc.deephealth.usecases.record_arrivals import record_arrivals
+from hyperpod_dhc.deephealth.usecases.slurm_bridge import bridge_silence
+
+CLOSING_STATUSES = frozenset({"Deleting", "Failed"})
+
+
+def reconcile(ctx: Context) -> dict[str, str]:
+    """Level-triggered pass over every configured cluster (and every cluster we hold records for)."""
+    config = ctx.config()
+    names = set(ctx.table.registered_clusters())
+    names |= set(ctx.hyperpod.list_cluster_names() if config.clusters == "all" else config.clusters)
+    results = {}
+    for name in sorted(n for n in names if config.watches(n)):
+        try:
+            results[name] = reconcile_cluster(ctx, name, trigger="reconcile")
+        except Exception as err:  # one broken cluster must not starve the others
+            logger.exception("reconcile failed", extra={"cluster": name})
+            metrics.add_metric(name="ReconcileErrors", unit=MetricUnit.Count, value=1)
+            results[name] = f"error: {type(err).__name__}"
+        try:  # neither the pulls (there are none) nor the round can see a bridge go silent: this look can
+            bridge_silence(ctx, name)
+        except Exception:
+            logger.exception("bridge liveness look failed", extra={"cluster": name})
+            metrics.add_metric(name="ReconcileErrors", unit=MetricUnit.Count, value=1)
+    return results
+
+
+def reconcile_cluster(ctx: Context, cluster: str, trigger: str) -> str:
+    """Observe one cluster afresh (unless a live round does), queue what is due for revalidation, and start
+    a round if one could change something; returns the cluster's node counts by state, for the log."""
+    meta = ctx.table.round_meta(cluster)
+    # A live round observes this cluster on every poll, and its Claim round observes it fresh. The starter
+    # checks that round really runs, and moves past it if it died holding the lease.
+    live = trigger == "reconcile" and meta.holder and meta.lease_expires_at > ctx.clock()
+    if live and (ctx.starter is None or ctx.starter.ensure_round(cluster) == meta.holder):
+        # Its polls observe its members; nodes that arrived since its last whole look are recorded here.
+        return f"round {meta.holder} is live; {record_arrivals(ctx, cluster, trigger)}"
+    if live:
+        meta = ctx.table.round_meta(cluster)  # the starter moved past a round that died holding the lease
+    try:
+        view = observe_cluster(ctx, cluster, trigger, fresh=True, orphaned_before=ctx.orphaned_before(meta))
+    except ClusterNotSlurm as err:  # not there for the controller (Context.describe said so once)
+        return close_cluster(ctx, cluster, str(err), trigger)
+    except ClusterNotFound:
+        return close_cluster(ctx, cluster, "cluster not found", trigger)
+    if view.info.status in CLOSING_STATUSES:
+        return close_cluster(ctx, cluster, f"cluster {view.info.status}", trigger)
+    # Revalidation: passed nodes gone stale, queued in service while the cluster's bridge reports occupancy.
+    seen_at = ctx.table.registration(cluster).lease.seen_at
+    stale = due_for_revalidation(view.records, view.groups, ctx.clock(), seen_at)
+    for saved in save_and_announce(ctx, queue_revalidations(view.records, stale, ctx.clock())):
+        view.records[saved.key] = saved
+    for saved in save_and_announce(ctx, overdue_waits(view.records.values(), view.groups, ctx.clock(), trigger)):
+        view.records[saved.key] = saved
+        waited = int(ctx.clock() - (saved.ready_at or ctx.clock()))
+        notify(
+            ctx,
+            "check-waiting",
+            cluster,
+            saved.group,
+            f"hyperpod-dhc: {saved.key} has waited {waited // 60} min for a deep health check",
+            {
+                "node": saved.key,
+                "instance_id": saved.instance_id,
+                "waited_s": waited,
+                "evidence": [saved.history[-1].reason],
+            },
+        )
+    if ctx.progress(view) is not None:
+        ctx.start_round(cluster)
+    states = Counter(r.state.value for r in view.records.values())
+    return ", ".join(f"{k}={v}" for k, v in sorted(states.items())) or "no nodes"

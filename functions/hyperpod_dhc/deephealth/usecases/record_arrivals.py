@@ -1,0 +1,45 @@
+"""Record arrivals: put the nodes HyperPod lists that have no record yet on record, while a round is live.
+
+A live round's polls look at its members, and at the whole cluster only when its check looks finished: a node
+that became ready meanwhile would go unrecorded (out of `hpdhc nodes`, the Slurm bridge's document and the
+ready-to-verdict clock) for as long as the check runs. This look writes new records only, never one that exists:
+the round owns those, and a look that judged them could race it. Intake runs it on a readiness event, Reconcile
+on every pass over a live cluster; at most once per 5 minutes, and not within 5 minutes of the round's own whole
+look (`NodeTable.claim_arrivals_look`, `note_whole_look`). The round's polls keep their own spacing: a look for
+arrivals does not judge, so it never stands in for theirs."""
+
+from __future__ import annotations
+
+from hyperpod_dhc.deephealth.domain.observe import Observation, observe
+from hyperpod_dhc.deephealth.observability import MetricUnit, metrics
+from hyperpod_dhc.deephealth.usecases.context import Context
+from hyperpod_dhc.deephealth.usecases.decisions import save_and_announce
+from hyperpod_dhc.deephealth.usecases.observe_cluster import adopted_on_first_look
+
+# At most one whole listing per cluster this often (a burst of 500 readiness events is one listing, not 500): an
+# event that finds a look within the gap is recorded by the next event's look or Reconcile's.
+ARRIVALS_LOOK_GAP_S = 300
+
+
+def record_arrivals(ctx: Context, cluster: str, trigger: str) -> str:
+    """One whole listing, if no other look took the last minute; returns what it did, for the log."""
+    now = ctx.clock()
+    if not ctx.table.claim_arrivals_look(cluster, now, ARRIVALS_LOOK_GAP_S):
+        return "the cluster was listed whole within the last 5 minutes"
+    view = ctx.view(cluster)
+    snapshots = {s.key: s for s in ctx.hyperpod.list_nodes(cluster) if s.key}
+    new = {k: s for k, s in snapshots.items() if k not in view.records and k not in view.previous}
+    obs = Observation(
+        now=now,
+        node_recovery=view.info.node_recovery,
+        trigger=trigger,
+        may_judge=False,
+        groups=view.groups,
+        cluster_id=view.info.cluster_id,
+    )
+    changes = [c for key, snapshot in sorted(new.items()) if (c := observe(cluster, None, snapshot, obs))]
+    if changes and not view.records:
+        ctx.table.register_cluster(cluster)
+    saved = save_and_announce(ctx, adopted_on_first_look(ctx, cluster, snapshots, changes))
+    metrics.add_metric(name="ArrivalsRecorded", unit=MetricUnit.Count, value=len(saved))
+    return f"{len(saved)} arrival(s) recorded"
