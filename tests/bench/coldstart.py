@@ -53,6 +53,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.harness.node import venv_node_first
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 FUNCTIONS_DIR = REPO_ROOT / "functions"
 CDK_OUT = REPO_ROOT / "cdk.out"
@@ -312,7 +314,7 @@ def runtime_table(report: dict) -> str:
 def asset_exclude() -> tuple[str, ...]:
     """What the CDK app leaves out of the function asset: glob patterns, each matched against a file's or a
     directory's name (``lambda_.Code.from_asset(functions/, exclude=ASSET_EXCLUDE)``)."""
-    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+    venv_node_first()  # before infra starts jsii: make install's Node.js 22 LTS
     from hyperpod_dhc.infra.controller_config import ASSET_EXCLUDE
 
     return ASSET_EXCLUDE
@@ -351,7 +353,7 @@ def layer_size() -> dict:
 def build_layer(platform_tag: str | None = None) -> Path:
     """The layer bundle exactly as the CDK app's local bundler makes it (cached by its requirement list);
     `platform_tag` builds the same pinned versions for another platform, to import them here."""
-    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+    venv_node_first()  # before infra starts jsii: make install's Node.js 22 LTS
     from hyperpod_dhc.infra.lambda_assets import (
         PIP_PLATFORM,
         PYTHON_VERSION,

@@ -36,6 +36,8 @@ from typing import Any
 
 import boto3
 
+from tests.harness.node import venv_node_first
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "infra" / "hyperpod_dhc" / "infra" / "deploy.example.toml"
 CDK = REPO / ".venv" / "cdk-cli" / "node_modules" / ".bin" / "cdk"
@@ -139,9 +141,9 @@ def _environment(port: int, work: Path) -> dict[str, str]:
         AWS_SHARED_CREDENTIALS_FILE=str(work / "aws-credentials"),
         CDK_HOME=str(work / "cdk-home"),
         CDK_DISABLE_CLI_TELEMETRY="true",
-        JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION="20",
         PYTHONPATH=os.pathsep.join([str(REPO), str(REPO / "functions")]),
     )
+    venv_node_first(env)  # the CDK CLI and jsii on make install's Node.js 22 LTS, with or without make
     return env
 
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import functools
 import json
-import os
 from pathlib import Path
 from typing import Any
 
-# jsii prints a large end-of-life banner under node 20 unless told which version to stay quiet about.
-os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+from tests.harness.node import venv_node_first
+
+# Before aws_cdk starts jsii (the twin and `hpdhc simulate` import this first): make install's Node.js 22 LTS.
+venv_node_first()
 
 # Who may reset breakers and queue checks in the twin (cdk.json ships none, so nobody could): the twin's own
 # operators, for every cluster: `Harness.api`'s default principal and the one `hpdhc simulate --serve` signs as.

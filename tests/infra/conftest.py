@@ -6,11 +6,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
-import pytest
-
-os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
-
 import aws_cdk as cdk
+import pytest
 from aws_cdk.assertions import Template
 
 from tests.harness import synth

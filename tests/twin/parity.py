@@ -26,6 +26,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tests.harness.node import venv_node_first
+
+venv_node_first()  # each tree's synth and twin run on make install's Node.js 22 LTS
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CAPS = {"bench-10000": 2 * 3600.0}
 

@@ -422,9 +422,6 @@ def _cdk_env(facts: Preflight) -> dict[str, str]:
         "AWS_DEFAULT_REGION": facts.region,
         "CDK_DEFAULT_REGION": facts.region,
         "CDK_DEFAULT_ACCOUNT": facts.account,
-        "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION": os.environ.get(
-            "JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20"
-        ),
     }
 
 
