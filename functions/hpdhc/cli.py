@@ -40,6 +40,7 @@ from hpdhc import bridge, classify, gate
 from hpdhc.client import NODE_STATES, ApiError, OperatorClient, add_api_options
 from hpdhc.commands import COMMANDS
 from hpdhc.render import Terminal
+from hpdhc.version import version
 
 SIMULATE = "simulate"
 BRIDGE = "bridge"
@@ -99,6 +100,7 @@ def simulate(argv: list[str]) -> int:
 
 def parser() -> argparse.ArgumentParser:
     root = Parser(prog="hpdhc", description="hyperpod-dhc command line")
+    root.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
     api = Parser(add_help=False)
     add_api_options(api)

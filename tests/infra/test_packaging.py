@@ -31,8 +31,8 @@ CLI_LAZY_IMPORTS = {("cli.py", "simulate"): {"tests"}}
 # itself imports the standard library and, where operators' patterns are compiled, google-re2.
 EVIDENCE = "deephealth.evidence"
 EVIDENCE_LAZY_IMPORTS = {("rules.py", "re2_compile"): {"re2"}}
-# What the wheel's build reads: the packages and pyproject.toml.
-BUILD_SOURCES = ("functions", "infra", "pyproject.toml")
+# What the wheel's build reads: the packages, pyproject.toml and the license file it names.
+BUILD_SOURCES = ("functions", "infra", "pyproject.toml", "LICENSE")
 PROJECT = tomllib.loads(PYPROJECT.read_text())
 
 
@@ -142,6 +142,15 @@ def test_the_wheel_needs_boto3_and_re2_alone_without_the_cdk_extra(wheel: zipfil
     requires = [line.removeprefix("Requires-Dist: ") for line in lines if line.startswith("Requires-Dist:")]
     assert [r for r in requires if "extra ==" not in r] == ["boto3>=1.40", "google-re2>=1.1.20240702"]
     assert "Provides-Extra: cdk" in lines and "Requires-Python: >=3.10" in lines
+
+
+def test_the_wheel_carries_the_license_text(wheel: zipfile.ZipFile) -> None:
+    """PEP 639: the SPDX expression in the metadata and the whole Apache-2.0 text in .dist-info/licenses/."""
+    (metadata,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+    lines = wheel.read(metadata).decode().splitlines()
+    assert "License-Expression: Apache-2.0" in lines and "License-File: LICENSE" in lines
+    (license_file,) = [n for n in wheel.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
+    assert wheel.read(license_file) == (REPO_ROOT / "LICENSE").read_bytes()
 
 
 def _imports(tree: ast.AST) -> list[tuple[ast.AST, str]]:
