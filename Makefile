@@ -12,7 +12,7 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 CALLER_DEFAULT_REGION := $(AWS_DEFAULT_REGION)
 export AWS_DEFAULT_REGION ?= us-east-1
 
-.PHONY: install oldest-python slurm browser test lint unit integration infra simulation bridge synth plan deploy destroy deploy-moto release demo bench bench-slurm coldstart faults fidelity openapi clean
+.PHONY: install oldest-python slurm browser test lint unit integration infra simulation bridge synth plan deploy destroy deploy-moto release deploy-bundle-moto demo bench bench-slurm coldstart faults fidelity openapi clean
 
 # The dev venv: the pinned stack (`dev` group and `lambda` extra), the operator CLI `hpdhc` as an operator gets it (editable: its
 # one dependency, boto3, is already in the group), and a .pth putting the repository root and functions/ on the
@@ -186,6 +186,11 @@ release: $(VENV)/.installed
 	$(PY) -m infra.bundle --out dist
 	cd dist && sha256sum -- * > SHA256SUMS
 	@ls -l dist
+
+# The release's bundle deployed as its README says, with plain CloudFormation (boto3, no CDK), against moto's server:
+# upload, CreateStack with the Parameters, each resource checked, DeleteStack (tests/deploy/bundle.py).
+deploy-bundle-moto: release
+	$(PY) -m tests.deploy.bundle $(BUNDLE) $(ARGS)
 
 clean:
 	rm -rf $(VENV) $(OLDEST_VENV) dist cdk.out .pytest_cache .ruff_cache *.egg-info functions/*.egg-info build
