@@ -15,7 +15,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 CALLER_DEFAULT_REGION := $(AWS_DEFAULT_REGION)
 export AWS_DEFAULT_REGION ?= us-east-1
 
-.PHONY: install oldest-python slurm browser test lint unit integration infra simulation bridge synth plan deploy destroy deploy-moto demo bench bench-slurm coldstart faults fidelity openapi clean
+.PHONY: install oldest-python slurm browser test lint unit integration infra simulation bridge synth plan deploy destroy deploy-moto release deploy-bundle-moto demo bench bench-slurm coldstart faults fidelity openapi clean
 
 # The dev venv: the pinned stack (`dev` group and `lambda` extra), the operator CLI `hpdhc` as an operator gets it (editable: its
 # one dependency, boto3, is already in the group), and a .pth putting the repository root, functions/ and infra/ (the
@@ -181,5 +181,24 @@ plan deploy destroy: $(VENV)/.installed $(CDK)  # not `install`: deploying needs
 deploy-moto: $(VENV)/.installed $(CDK)
 	$(PY) -m tests.deploy $(ARGS)
 
+# The release (CHANGELOG.md; the version is pyproject.toml's): into dist/ the wheel and the sdist (`python -m build`,
+# setuptools from PyPI in an isolated env) and $(BUNDLE), the stack as a plain CloudFormation template with
+# Parameters and its asset zips, a README and checksums, deployable without CDK, Node.js or Python (infra/hyperpod_dhc/infra/bundle.py;
+# the layer is built by local pip, as in `make synth`); dist/SHA256SUMS covers the three.
+VERSION = $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
+BUNDLE = dist/hyperpod-dhc-$(VERSION)-cloudformation.zip
+release: $(VENV)/.installed
+	rm -rf dist build
+	$(PY) -m build --quiet --outdir dist .
+	rm -rf build hyperpod_dhc.egg-info functions/*.egg-info
+	$(PY) -m hyperpod_dhc.infra.bundle --out dist
+	cd dist && sha256sum -- * > SHA256SUMS
+	@ls -l dist
+
+# The release's bundle deployed as its README says, with plain CloudFormation (boto3, no CDK), against moto's server:
+# upload, CreateStack with the Parameters, each resource checked, DeleteStack (tests/deploy/bundle.py).
+deploy-bundle-moto: release
+	$(PY) -m tests.deploy.bundle $(BUNDLE) $(ARGS)
+
 clean:
-	rm -rf $(VENV) $(OLDEST_VENV) cdk.out .pytest_cache .ruff_cache *.egg-info functions/*.egg-info build
+	rm -rf $(VENV) $(OLDEST_VENV) dist cdk.out .pytest_cache .ruff_cache *.egg-info functions/*.egg-info build

@@ -16,7 +16,7 @@ from pathlib import Path
 import aws_cdk as cdk
 import pytest
 
-from hyperpod_dhc.infra.controller_config import ASSET_EXCLUDE, FUNCTIONS_DIR, INFRA_DIR
+from hyperpod_dhc.infra.controller_config import ASSET_EXCLUDE, FUNCTIONS_DIR, INFRA_DIR, REPO_ROOT
 from hyperpod_dhc.infra.lambda_assets import LAMBDA_EXTRA, PYPROJECT, lambda_requirements
 from hyperpod_dhc.infra.operator_api import OPENAPI_DOCUMENT
 from tests.harness.wheel import build_wheel
@@ -143,6 +143,15 @@ def test_the_wheel_needs_boto3_and_re2_alone_without_the_cdk_extra(wheel: zipfil
     requires = [line.removeprefix("Requires-Dist: ") for line in lines if line.startswith("Requires-Dist:")]
     assert [r for r in requires if "extra ==" not in r] == ["boto3>=1.40", "google-re2>=1.1.20240702"]
     assert "Provides-Extra: cdk" in lines and "Requires-Python: >=3.10" in lines
+
+
+def test_the_wheel_carries_the_license_text(wheel: zipfile.ZipFile) -> None:
+    """PEP 639: the SPDX expression in the metadata and the whole Apache-2.0 text in .dist-info/licenses/."""
+    (metadata,) = [n for n in wheel.namelist() if n.endswith(".dist-info/METADATA")]
+    lines = wheel.read(metadata).decode().splitlines()
+    assert "License-Expression: Apache-2.0" in lines and "License-File: LICENSE" in lines
+    (license_file,) = [n for n in wheel.namelist() if n.endswith(".dist-info/licenses/LICENSE")]
+    assert wheel.read(license_file) == (REPO_ROOT / "LICENSE").read_bytes()
 
 
 def _imports(tree: ast.AST) -> list[tuple[ast.AST, str]]:

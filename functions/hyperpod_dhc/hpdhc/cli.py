@@ -41,6 +41,7 @@ from hyperpod_dhc.hpdhc import bridge, classify, gate
 from hyperpod_dhc.hpdhc.client import NODE_STATES, ApiError, OperatorClient, add_api_options
 from hyperpod_dhc.hpdhc.commands import COMMANDS
 from hyperpod_dhc.hpdhc.render import Terminal
+from hyperpod_dhc.hpdhc.version import version
 
 SIMULATE = "simulate"
 BRIDGE = "bridge"
@@ -100,6 +101,7 @@ def simulate(argv: list[str]) -> int:
 
 def parser() -> argparse.ArgumentParser:
     root = Parser(prog="hpdhc", description="hyperpod-dhc command line")
+    root.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
     api = Parser(add_help=False)
     add_api_options(api)

@@ -103,7 +103,7 @@ __all__ = [
 ]
 
 # Standard-tier parameters hold 4 KB; only a very large `groups` map needs the (paid) advanced tier.
-_STANDARD_TIER_LIMIT = 4096
+STANDARD_TIER_LIMIT = 4096
 
 _RETENTION = {
     1: logs.RetentionDays.ONE_DAY,
@@ -307,5 +307,5 @@ def config_parameter(scope: Construct, id: str, config: ControllerConfig) -> ssm
         id,
         description="hyperpod-dhc controller configuration (validated ControllerConfig JSON)",
         string_value=value,
-        tier=ssm.ParameterTier.STANDARD if len(value.encode()) <= _STANDARD_TIER_LIMIT else ssm.ParameterTier.ADVANCED,
+        tier=ssm.ParameterTier.STANDARD if len(value.encode()) <= STANDARD_TIER_LIMIT else ssm.ParameterTier.ADVANCED,
     )
