@@ -67,3 +67,15 @@ def test_an_idle_look_reads_no_record(harness, fake):
     reader.by_key.clear()
     assert len(reader.load_cluster("demo")) == 50
     assert reader.whole == 1 and reader.by_key == [set()]
+
+
+@pytest.mark.controller_config({"clusters": "all"})
+def test_a_cluster_that_is_not_slurm_is_marked_once_per_arn(harness, fake):
+    """One alert per cluster (Context.describe sends it when this says True): a second function meeting the same
+    cluster says nothing, a cluster recreated under the same name has a new ARN and is said again."""
+    table = NodeTable(TABLE_NAME)
+    first = "arn:aws:sagemaker:us-east-1:123456789012:cluster/aaaa1111"
+    assert table.note_not_slurm("eks", first) is True
+    assert table.note_not_slurm("eks", first) is False
+    assert table.note_not_slurm("eks", "arn:aws:sagemaker:us-east-1:123456789012:cluster/bbbb2222") is True
+    assert table.note_not_slurm("other", first) is True  # by name and ARN: another name is another mark

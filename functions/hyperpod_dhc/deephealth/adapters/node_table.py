@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -225,16 +225,12 @@ class NodeTable:
     def note_not_slurm(self, cluster: str, arn: str) -> bool:
         """Mark that cluster `arn` (named `cluster`) is not a Slurm cluster; False if it already was marked. A
         cluster recreated under the same name has a new ARN, and is marked (and said) again."""
-        try:
-            self.t.put_item(
+        return _written(
+            lambda: self.t.put_item(
                 Item={"pk": cluster_pk(cluster), "sk": NOT_SLURM_SK, "arn": arn},
                 ConditionExpression=Attr("pk").not_exists() | Attr("arn").ne(arn),
             )
-        except aws.ClientError as err:
-            if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        )
 
     @aws.translated
     def forget_cluster_info(self, cluster: str) -> None:
@@ -257,12 +253,8 @@ class NodeTable:
         item: dict[str, Any] = {"pk": cluster_pk(cluster), "sk": sk, "version": version + 1, "doc": doc}
         if sk.startswith(NODE_PREFIX):
             item["saved_at"] = math.floor(clock.now())
-        try:
-            self.t.put_item(Item=item, ConditionExpression=condition)
-        except aws.ClientError as err:
-            if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                raise StaleRecord(f"{cluster}/{sk} changed since version {version}") from None
-            raise
+        if not _written(lambda: self.t.put_item(Item=item, ConditionExpression=condition)):
+            raise StaleRecord(f"{cluster}/{sk} changed since version {version}")
 
     # -- cluster registry: lets the reconciler close out clusters that vanished from ListClusters ------
     @aws.translated
@@ -301,8 +293,8 @@ class NodeTable:
         another pull changed it first."""
         same_fence = Attr("fence").eq(read.fence) if read.fence else Attr("fence").not_exists()
         same_holder = Attr("bridge_holder").eq(read.holder) if read.holder else Attr("bridge_holder").not_exists()
-        try:
-            self.t.update_item(
+        return _written(
+            lambda: self.t.update_item(
                 Key={"pk": REGISTRY_PK, "sk": cluster},
                 UpdateExpression="SET bridge_holder = :h, fence = :f, bridge_seen_at = :t",
                 ConditionExpression=same_fence & same_holder,
@@ -312,11 +304,7 @@ class NodeTable:
                     ":t": math.floor(lease.seen_at or 0),  # whole seconds (Decimal); rounded down: never later
                 },
             )
-        except aws.ClientError as err:
-            if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        )
 
     @aws.translated
     def registered_clusters(self) -> list[str]:
@@ -346,19 +334,16 @@ class NodeTable:
         """Take (or renew) the cluster's lease for round `seq`: the round item as written, None if another round
         holds it."""
         free = Attr("holder").not_exists() | Attr("holder").eq(holder) | Attr("lease_expires_at").lt(int(now))
-        try:
-            answer = self.t.update_item(
+        answer = _conditional(
+            lambda: self.t.update_item(
                 Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
                 UpdateExpression="SET holder = :h, lease_expires_at = :exp, seq = if_not_exists(seq, :seq)",
                 ConditionExpression=_seq_is(seq) & free,
                 ExpressionAttributeValues={":h": holder, ":exp": int(now + ttl_s), ":seq": seq},
                 ReturnValues="ALL_NEW",  # the same write, and the poll learns whether an event came (changed_at)
             )
-        except aws.ClientError as err:
-            if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return None
-            raise
-        return _round_meta(answer.get("Attributes") or {})
+        )
+        return None if answer is None else _round_meta(answer.get("Attributes") or {})
 
     @aws.translated
     def note_change(self, cluster: str, now: float) -> None:
@@ -373,19 +358,8 @@ class NodeTable:
     def claim_arrivals_look(self, cluster: str, now: float, gap_s: float) -> bool:
         """Take the cluster's look for arrivals (usecases/record_arrivals) unless another was taken within `gap_s`:
         one conditional write, so two Lambdas woken together list the cluster once."""
-        try:
-            self.t.update_item(
-                Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
-                UpdateExpression="SET arrivals_looked_at = :t",
-                ConditionExpression=Attr("arrivals_looked_at").not_exists()
-                | Attr("arrivals_looked_at").lte(math.floor(now - gap_s)),
-                ExpressionAttributeValues={":t": math.floor(now)},
-            )
-        except aws.ClientError as err:
-            if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        due = Attr("arrivals_looked_at").not_exists() | Attr("arrivals_looked_at").lte(math.floor(now - gap_s))
+        return self._update_round(cluster, "SET arrivals_looked_at = :t", due, {":t": math.floor(now)})
 
     @aws.translated
     def note_whole_look(self, cluster: str, now: float) -> None:
@@ -421,18 +395,30 @@ class NodeTable:
 
     def _update_round(self, cluster: str, update: str, condition: Any, values: dict[str, Any]) -> bool:
         """One conditional write of the round item; False when the condition does not hold."""
-        try:
-            self.t.update_item(
+        return _written(
+            lambda: self.t.update_item(
                 Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
                 UpdateExpression=update,
                 ConditionExpression=condition,
                 **({"ExpressionAttributeValues": values} if values else {}),
             )
-            return True
-        except aws.ClientError as err:
-            if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return False
-            raise
+        )
+
+
+def _conditional(write: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+    """Make one conditional write: DynamoDB's answer, None when its condition did not hold (any other error is
+    raised)."""
+    try:
+        return write()
+    except aws.ClientError as err:
+        if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
+            return None
+        raise
+
+
+def _written(write: Callable[[], dict[str, Any]]) -> bool:
+    """`_conditional`, as whether the write was made."""
+    return _conditional(write) is not None
 
 
 def _round_meta(item: dict[str, Any]) -> RoundMeta:

@@ -220,7 +220,8 @@ class Context:
 
     def shown(self, cluster: str) -> ClusterView:
         """What operators see of a cluster: its current records (not those of an earlier cluster of the same
-        name). A cluster HyperPod no longer knows shows every record it left."""
+        name). A cluster HyperPod no longer knows, or no longer as a Slurm cluster (ClusterNotSlurm is a
+        ClusterNotFound), shows every record it left; the status in its view is a placeholder no route returns."""
         try:
             return self.view(cluster)
         except ClusterNotFound:
