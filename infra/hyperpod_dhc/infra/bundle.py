@@ -34,7 +34,6 @@ import dataclasses
 import hashlib
 import importlib.metadata
 import json
-import os
 import shutil
 import stat
 import sys
@@ -395,7 +394,6 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hyperpod_dhc.infra.bundle", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "dist", help="where the zip goes (default dist/)")
     args = parser.parse_args(argv)
-    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     print(build(args.out))
     return 0
 

@@ -46,7 +46,7 @@ def claim_round(ctx: Context, state: RoundState) -> RoundState:
         return state.model_copy(update={"claimed": 0, "recovery_due": 0})
     try:
         # Fresh: arrivals whose events were lost, and nodes earlier rounds claimed but never started.
-        view = observe_cluster(ctx, state.cluster, round_id, orphaned_before=state.round_seq)
+        view = observe_cluster(ctx, state.cluster, round_id, orphaned_before=state.round_seq, by_round=True)
     except ClusterNotFound:
         close_cluster(ctx, state.cluster, "cluster not found", round_id)
         return state.model_copy(update={"claimed": 0, "recovery_due": 0})

@@ -36,14 +36,16 @@ def observe_cluster(
     fresh: bool = False,
     orphaned_before: int | None = None,
     ask_operations: bool = True,
+    by_round: bool = False,
 ) -> ClusterView:
     """One paginated ListClusterNodes pass (+ one result-log query if a check ended) folded into records.
 
     `orphaned_before`: rounds before this sequence number have ended, so what they claimed and never started
-    goes back in the queue (None: the caller cannot tell)."""
+    goes back in the queue (None: the caller cannot tell). `by_round`: the caller is the round holding the
+    cluster's lease (`trigger` is its id), whose whole look counts as the look for arrivals."""
     view = ctx.view(cluster, fresh=fresh)
     snapshots = {s.key: s for s in ctx.hyperpod.list_nodes(cluster) if s.key}
-    if ctx.live_round(cluster) == trigger:  # a round's whole look: arrivals were looked at too
+    if by_round:  # a round's whole look: arrivals were looked at too (usecases/record_arrivals)
         ctx.table.note_whole_look(cluster, ctx.clock())
     changes = fold(ctx, cluster, view, snapshots, trigger, orphaned_before, ask_operations)
     reason = f"the cluster was recreated (now {view.info.cluster_id}): this node belonged to the one before"

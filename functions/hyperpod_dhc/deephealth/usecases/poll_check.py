@@ -44,7 +44,7 @@ def poll_check(ctx: Context, state: RoundState) -> RoundState:
             full = len(left) == len(members) and (not left or observed_at is None or observed_at < max(left))
         if full:
             view = observe_cluster(
-                ctx, state.cluster, state.round_id, orphaned_before=state.round_seq, ask_operations=ask
+                ctx, state.cluster, state.round_id, orphaned_before=state.round_seq, ask_operations=ask, by_round=True
             )
             observed_at = now
     except ClusterNotFound:

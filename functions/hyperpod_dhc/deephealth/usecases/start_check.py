@@ -28,7 +28,7 @@ from hyperpod_dhc.deephealth.usecases.readings import note_busy_error, note_look
 def start_check(ctx: Context, state: RoundState) -> RoundState:
     now = ctx.renew(state)
     # Observing (not just listing) judges nodes still in the check of a round that died mid-check.
-    view = observe_cluster(ctx, state.cluster, state.round_id, orphaned_before=state.round_seq)
+    view = observe_cluster(ctx, state.cluster, state.round_id, orphaned_before=state.round_seq, by_round=True)
     snapshots = view.snapshots
     members = view.members(state.round_id)
     # A group switched to dry-run while this round waited (ClusterBusy retries) gets no check.
