@@ -92,6 +92,7 @@ from tests.fakes.model import (
     Node,
     NodeType,
     Outcome,
+    SortedIndex,
     _api_event,
     _check_node_ids,
     _iso,
@@ -148,6 +149,10 @@ class FakeHyperPod(HealthChecks):
         self._clusters: dict[str, Cluster] = {}
         self._timers: list[tuple[float, int, Cluster, Callable[[], None]]] = []
         self._seq = itertools.count()
+        # ListClusterNodes pages from a sorted index per cluster and order, rebuilt when a node is added or gets a
+        # new instance (the only changes to a sort key): a listing is O(nodes), not O(nodes x pages).
+        self._listing_version = 0
+        self._listing_index: dict[tuple[str, str], SortedIndex] = {}
         self._t = clock.now()  # time of the transition being processed; event/log timestamps use it
 
         self.check_duration_s: dict[str, float] = {
@@ -219,6 +224,7 @@ class FakeHyperPod(HealthChecks):
             az=f"{self.region}{self._rng.choice('abc')}",
         )
         c.nodes[n.logical_id] = n
+        self._listing_version += 1
         if status == "Running":
             self._new_instance(n)
             n.status = "Running"
@@ -368,8 +374,6 @@ class FakeHyperPod(HealthChecks):
     def _op_list_cluster_nodes(self, p: dict[str, Any], visible: bool) -> dict:
         c = self._cluster(p, visible)
         with_logical = bool(p.get("IncludeNodeLogicalIds", False))
-        nodes = [n for n in c.nodes.values() if with_logical or n.instance_id]
-        nodes = [n for n in nodes if p.get("InstanceGroupNameContains", "") in n.group and self._listed(n)]
         # INFERRED (reading creation_time_filter): "creation time" is the LaunchTime the summaries show (a
         # replacement is a new instance and moves to the end), or the logical node's creation; nodes have no
         # name, so NAME orders by group, then instance id.
@@ -378,13 +382,25 @@ class FakeHyperPod(HealthChecks):
         def created(n: Node) -> float:
             return n.created if logical else n.launched
 
-        if "CreationTimeAfter" in p:
-            nodes = [n for n in nodes if created(n) > p["CreationTimeAfter"]]
-        if "CreationTimeBefore" in p:
-            nodes = [n for n in nodes if created(n) < p["CreationTimeBefore"]]
+        contains = p.get("InstanceGroupNameContains", "")
+
+        def keep(n: Node) -> bool:
+            return (
+                bool(with_logical or n.instance_id)
+                and contains in n.group
+                and self._listed(n)
+                and ("CreationTimeAfter" not in p or created(n) > p["CreationTimeAfter"])
+                and ("CreationTimeBefore" not in p or created(n) < p["CreationTimeBefore"])
+            )
+
         by_name = p.get("SortBy") == "NAME"
         key = (lambda n: [n.group, n.instance_id, n.seq]) if by_name else (lambda n: [created(n), n.seq])
-        page, token = _paginate(nodes, key, p, descending=p.get("SortOrder") == "Descending")
+        order = "name" if by_name else "created" if logical else "launched"
+        index = self._listing_index.get((c.arn, order))
+        if index is None or index.version != self._listing_version:
+            index = SortedIndex.of(self._listing_version, c.nodes.values(), key)
+            self._listing_index[(c.arn, order)] = index
+        page, token = index.page(keep, p, descending=p.get("SortOrder") == "Descending")
         summaries = []
         for n in page:
             s = {
@@ -559,6 +575,7 @@ class FakeHyperPod(HealthChecks):
 
     def _new_instance(self, n: Node) -> None:
         n.instance_id = "i-" + "".join(self._rng.choice("0123456789abcdef") for _ in range(17))
+        self._listing_version += 1  # its sort keys (LaunchTime, instance id) change
         n.instance_ids.append(n.instance_id)
         n.launch_time = self._t
         # A VPC never gives two running instances one address: a drawn address in use goes to the next free one
