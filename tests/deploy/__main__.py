@@ -61,7 +61,40 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.deploy", description=__doc__.split("\n\n")[0])
     parser.add_argument("--keep", type=Path, help="keep the server's log and the assembly in DIR")
     args = parser.parse_args(argv)
-    work = args.keep or Path(tempfile.mkdtemp(prefix="hyperpod-dhc-deploy-moto-"))
+    return against_moto("deploy-moto", args.keep, _deploy_moto_steps)
+
+
+def _deploy_moto_steps(step: Step, env: dict[str, str], work: Path) -> str:
+    """The steps of `make deploy-moto`, in order; the last one's name."""
+    step("1. moto's server and a HyperPod Slurm cluster ml-cluster", lambda: _cluster("ml-cluster"))
+    step("2. make plan before bootstrap refuses", lambda: _refuses_unbootstrapped(env))
+    bootstrap = [str(CDK), "bootstrap", f"aws://{ACCOUNT}/{REGION}", "--no-notices"]
+    step("3. cdk bootstrap", lambda: _run(bootstrap, env))
+    assembly = work / "cdk.out"
+    deploy = [sys.executable, "-m", "hyperpod_dhc.infra.deploy", "deploy", "--config", str(EXAMPLE), "--yes"]
+    deploy += ["--cdk", str(CDK), "--output", str(assembly)]
+    step("4. make deploy (create)", lambda: (_run(deploy, env), _deployed()))
+    step("5. make deploy again (update, no changes)", lambda: (_unchanged(deploy, env), _deployed()))
+    step("6. make plan of a token webhook: the change, by host", lambda: _plans_a_webhook(env, work))
+    destroy = [sys.executable, "-m", "hyperpod_dhc.infra.deploy", "destroy", "--config", str(EXAMPLE), "--yes"]
+    destroy += ["--cdk", str(CDK), "--output", str(assembly)]
+    step("7. make destroy", lambda: (_run(destroy, env), _destroyed()))
+    step("8. the types moto does not model are the documented ones", lambda: _not_modelled(work / "moto.log"))
+    return "destroy"
+
+
+class StepFailed(RuntimeError):
+    pass
+
+
+Step = Callable[[str, Callable[[], object]], None]
+
+
+def against_moto(target: str, keep: Path | None, steps: Callable[[Step, dict[str, str], Path], str]) -> int:
+    """`make <target>`'s frame (deploy-moto, deploy-bundle-moto): moto's server on a free port, its log in the work
+    directory (`keep`, else a temporary one); `steps` run against it, this process's boto3 pointed at it too; the
+    server stopped whatever happens. 0 when every step passed, 1 at the first that failed."""
+    work = keep or Path(tempfile.mkdtemp(prefix=f"hyperpod-dhc-{target}-"))
     work.mkdir(parents=True, exist_ok=True)
     port = _free_port()
     env = _environment(port, work)
@@ -73,37 +106,19 @@ def main(argv: list[str] | None = None) -> int:
     try:
         os.environ.update(env)  # this process's boto3 checks go to the same server
         _wait_for(f"{env['AWS_ENDPOINT_URL']}/moto-api/", server)
-        step = _stepper(started)
-        step("1. moto's server and a HyperPod Slurm cluster ml-cluster", lambda: _cluster("ml-cluster"))
-        step("2. make plan before bootstrap refuses", lambda: _refuses_unbootstrapped(env))
-        bootstrap = [str(CDK), "bootstrap", f"aws://{ACCOUNT}/{REGION}", "--no-notices"]
-        step("3. cdk bootstrap", lambda: _run(bootstrap, env))
-        assembly = work / "cdk.out"
-        deploy = [sys.executable, "-m", "hyperpod_dhc.infra.deploy", "deploy", "--config", str(EXAMPLE), "--yes"]
-        deploy += ["--cdk", str(CDK), "--output", str(assembly)]
-        step("4. make deploy (create)", lambda: (_run(deploy, env), _deployed()))
-        step("5. make deploy again (update, no changes)", lambda: (_unchanged(deploy, env), _deployed()))
-        step("6. make plan of a token webhook: the change, by host", lambda: _plans_a_webhook(env, work))
-        destroy = [sys.executable, "-m", "hyperpod_dhc.infra.deploy", "destroy", "--config", str(EXAMPLE), "--yes"]
-        destroy += ["--cdk", str(CDK), "--output", str(assembly)]
-        step("7. make destroy", lambda: (_run(destroy, env), _destroyed()))
-        step("8. the types moto does not model are the documented ones", lambda: _not_modelled(work / "moto.log"))
+        last = steps(_stepper(started), env, work)
     except StepFailed as err:
-        print(f"make deploy-moto: {err} (server log: {work / 'moto.log'})", file=sys.stderr)
+        print(f"make {target}: {err} (server log: {work / 'moto.log'})", file=sys.stderr)
         return 1
     finally:
         server.terminate()
         server.wait(timeout=30)
         log.close()
-    print(f"make deploy-moto: every step passed in {time.monotonic() - started:.0f} s; last step: destroy")
+    print(f"make {target}: every step passed in {time.monotonic() - started:.0f} s; last step: {last}")
     return 0
 
 
-class StepFailed(RuntimeError):
-    pass
-
-
-def _stepper(started: float) -> Callable[[str, Callable[[], object]], None]:
+def _stepper(started: float) -> Step:
     def step(name: str, run: Callable[[], object]) -> None:
         print(f"== {name}", flush=True)
         try:

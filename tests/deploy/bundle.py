@@ -24,11 +24,8 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
-import os
 import re
-import subprocess
 import sys
-import tempfile
 import time
 import zipfile
 from pathlib import Path
@@ -40,12 +37,8 @@ from hyperpod_dhc.deephealth.domain.policy import parse_config
 from tests.deploy.__main__ import (
     NOT_MODELLED,
     REGION,
-    REPO,
-    StepFailed,
-    _environment,
-    _free_port,
-    _stepper,
-    _wait_for,
+    Step,
+    against_moto,
 )
 
 STACK = "HyperPodDhc"
@@ -60,50 +53,34 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("bundle", type=Path, help="dist/hyperpod-dhc-<version>-cloudformation.zip")
     parser.add_argument("--keep", type=Path, help="keep the server's log and the unzipped bundle in DIR")
     args = parser.parse_args(argv)
-    work = args.keep or Path(tempfile.mkdtemp(prefix="hyperpod-dhc-deploy-bundle-moto-"))
-    work.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
-    env = _environment(port, work)
-    log = (work / "moto.log").open("w")
+    return against_moto("deploy-bundle-moto", args.keep, lambda *a: _deploy_bundle_moto_steps(args.bundle, *a))
+
+
+def _deploy_bundle_moto_steps(bundle_zip: Path, step: Step, env: dict[str, str], work: Path) -> str:
+    """The steps of `make deploy-bundle-moto`, in order; the last one's name."""
     MOTO_LOG.append(work / "moto.log")
-    server = subprocess.Popen(
-        [sys.executable, "-m", "tests.deploy.moto_server", str(port)], cwd=REPO, env=env, stdout=log, stderr=log
+    bundle: dict[str, Path] = {}
+    step("1. the bundle and its checksums", lambda: bundle.update(root=_unzip(bundle_zip, work / "bundle")))
+    root = bundle["root"]
+    template_url: dict[str, str] = {}
+    step(
+        "2. moto's server; the assets and the template in a bucket of one's own",
+        lambda: template_url.update(url=_upload(root, env["AWS_ENDPOINT_URL_S3_FOR_CLOUDFORMATION"])),
     )
-    started = time.monotonic()
-    try:
-        os.environ.update(env)
-        _wait_for(f"{env['AWS_ENDPOINT_URL']}/moto-api/", server)
-        step = _stepper(started)
-        bundle: dict[str, Path] = {}
-        step("1. the bundle and its checksums", lambda: bundle.update(root=_unzip(args.bundle, work / "bundle")))
-        root = bundle["root"]
-        template_url: dict[str, str] = {}
-        step(
-            "2. moto's server; the assets and the template in a bucket of one's own",
-            lambda: template_url.update(url=_upload(root, env["AWS_ENDPOINT_URL_S3_FOR_CLOUDFORMATION"])),
-        )
-        params = {"AssetsBucket": BUCKET, "AssetsKeyPrefix": PREFIX, "Clusters": ",".join(CLUSTERS)}
-        step(
-            "3. CreateStack with two named clusters, no email",
-            lambda: (_create(template_url["url"], params), _created(CLUSTERS, email=False)),
-        )
-        step("4. DeleteStack", _delete)
-        every = {**params, "Clusters": "all", "NotificationEmail": EMAIL}
-        step(
-            "5. CreateStack again for every cluster, with an email address",
-            lambda: (_create(template_url["url"], every), _created("all", email=True)),
-        )
-        step("6. DeleteStack", _delete)
-        step("7. moto skipped only the documented types", lambda: _not_modelled(work / "moto.log"))
-    except StepFailed as err:
-        print(f"make deploy-bundle-moto: {err} (server log: {work / 'moto.log'})", file=sys.stderr)
-        return 1
-    finally:
-        server.terminate()
-        server.wait(timeout=30)
-        log.close()
-    print(f"make deploy-bundle-moto: every step passed in {time.monotonic() - started:.0f} s; last step: delete")
-    return 0
+    params = {"AssetsBucket": BUCKET, "AssetsKeyPrefix": PREFIX, "Clusters": ",".join(CLUSTERS)}
+    step(
+        "3. CreateStack with two named clusters, no email",
+        lambda: (_create(template_url["url"], params), _created(CLUSTERS, email=False)),
+    )
+    step("4. DeleteStack", _delete)
+    every = {**params, "Clusters": "all", "NotificationEmail": EMAIL}
+    step(
+        "5. CreateStack again for every cluster, with an email address",
+        lambda: (_create(template_url["url"], every), _created("all", email=True)),
+    )
+    step("6. DeleteStack", _delete)
+    step("7. moto skipped only the documented types", lambda: _not_modelled(work / "moto.log"))
+    return "delete"
 
 
 def _unzip(path: Path, into: Path) -> Path:

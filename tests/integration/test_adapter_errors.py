@@ -74,7 +74,7 @@ def test_sns_and_step_functions_5xx_reach_the_workflow_as_transient():
 
     class Meta:
         def round_meta(self, cluster):
-            from hyperpod_dhc.deephealth.adapters.node_table import RoundMeta
+            from hyperpod_dhc.deephealth.adapters.round_item import RoundMeta
 
             return RoundMeta()
 

@@ -77,7 +77,7 @@ def _in_check(twin: Twin) -> list[Node]:
 
 
 def _round_key(twin: Twin) -> dict[str, str]:
-    from hyperpod_dhc.deephealth.adapters.node_table import ROUND_SK, cluster_pk
+    from hyperpod_dhc.deephealth.adapters.table_keys import ROUND_SK, cluster_pk
 
     return {"pk": cluster_pk(twin.scenario.cluster.name), "sk": ROUND_SK}
 

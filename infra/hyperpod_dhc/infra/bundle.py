@@ -53,7 +53,7 @@ from constructs import Construct
 from hyperpod_dhc.deephealth.domain.events import SOURCE
 from hyperpod_dhc.deephealth.domain.policy import GROUP_NAME_PATTERN, ControllerConfig
 from hyperpod_dhc.infra.construct import STACK_DESCRIPTION, HyperPodDhc, HyperPodDhcProps
-from hyperpod_dhc.infra.controller_config import REPO_ROOT, STANDARD_TIER_LIMIT
+from hyperpod_dhc.infra.controller_config import EMAIL, REPO_ROOT, STANDARD_TIER_LIMIT
 from hyperpod_dhc.infra.lambda_assets import DISTRIBUTION, PYPROJECT
 from hyperpod_dhc.infra.triggers import HYPERPOD_EVENTS, cluster_name_filter
 
@@ -71,7 +71,7 @@ HAS_EMAIL = "HasNotificationEmail"  # condition: NotificationEmail is not empty
 ALL = "all"
 _NAME = GROUP_NAME_PATTERN.removeprefix("^").removesuffix("$")  # a cluster name (HyperPod's pattern)
 CLUSTERS_PATTERN = f"^({ALL}|{_NAME}(,{_NAME})*)$"
-EMAIL_PATTERN = r"^([^@\s]+@[^@\s]+\.[^@\s.]+)?$"  # infra/hyperpod_dhc/infra/controller_config.py's, or empty
+EMAIL_PATTERN = f"^({EMAIL.pattern})?$"  # synth's own check of an address (controller_config), or empty
 BUCKET_PATTERN = r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$"
 KEY_PREFIX_PATTERN = r"^([0-9A-Za-z!_.*'()/-]*/)?$"  # empty, or ending in "/"
 CLUSTERS_JSON_HEAD = '{"clusters":'  # ControllerConfig's first field, as model_dump_json writes it

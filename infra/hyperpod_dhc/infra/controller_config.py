@@ -52,7 +52,7 @@ DELETION_PROTECTION_KEY = "hyperpod-dhc:table-deletion-protection"
 # Optional: an address that gets an email subscription to the notifications topic (alarms, quarantines).
 NOTIFICATION_EMAIL_KEY = "hyperpod-dhc:notification-email"
 # Deliberately loose (SNS sends a confirmation mail anyway): one @, no spaces, a dot in the domain.
-_EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s.]+")
+EMAIL = re.compile(r"[^@\s]+@[^@\s]+\.[^@\s.]+")
 # Who may reset a cluster's breaker or lift a capacity hold through the API: cluster name (or "*", every
 # cluster) -> IAM role or user ARN patterns (``principal_pattern_problem`` says which). Unset or {}: nobody.
 BREAKER_RESETTERS_KEY = "hyperpod-dhc:breaker-resetters"
@@ -207,7 +207,7 @@ def notification_email(raw: object, where: str) -> str | None:
     """An email address, stripped; None for None or ""; raises ``ConfigError`` naming ``where`` for anything else."""
     if raw is None or raw == "":
         return None
-    if not isinstance(raw, str) or not _EMAIL.fullmatch(raw.strip()):
+    if not isinstance(raw, str) or not EMAIL.fullmatch(raw.strip()):
         raise ConfigError(f"{where} must be an email address, got {raw!r}")
     return raw.strip()
 

@@ -1,5 +1,5 @@
-"""The controller's DynamoDB table: one item per node, one round/lease item, one safety item (breaker and
-holds), one readings item (what the cluster was seen to do) and one registry item per cluster.
+"""The controller's DynamoDB table: one item per node, one round/lease item (round_item.py), one safety item (breaker
+and holds), one readings item (what the cluster was seen to do) and one registry item per cluster.
 
 Throttling and 5xx left over after botocore's retries surface as Throttled / TransientError (the names the
 round workflow's Retry matches).
@@ -16,11 +16,24 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from hyperpod_dhc.deephealth.adapters import aws, clock
+from hyperpod_dhc.deephealth.adapters.round_item import RoundItem
+from hyperpod_dhc.deephealth.adapters.table_keys import (
+    INFO_SK,
+    NODE_PREFIX,
+    NOT_SLURM_SK,
+    READINGS_SK,
+    REGISTRY_PK,
+    SAFETY_SK,
+    Attr,
+    Key,
+    cluster_pk,
+    written,
+)
 from hyperpod_dhc.deephealth.domain.breakers import SafetyState
 from hyperpod_dhc.deephealth.domain.bridge_fence import BridgeLease
 from hyperpod_dhc.deephealth.domain.errors import StaleRecord, Throttled
@@ -28,13 +41,6 @@ from hyperpod_dhc.deephealth.domain.nodes import NodeRecord
 from hyperpod_dhc.deephealth.domain.readings import ClusterReadings
 from hyperpod_dhc.deephealth.domain.rounds import chunks
 
-NODE_PREFIX = "NODE#"
-ROUND_SK = "ROUND"
-SAFETY_SK = "SAFETY"
-READINGS_SK = "READINGS"
-INFO_SK = "INFO"  # the cluster's last DescribeCluster answer, shared by every function (Context.describe)
-NOT_SLURM_SK = "NOT_SLURM"  # the cluster ARN a "not a Slurm cluster" alert was sent for (one alert per cluster)
-REGISTRY_PK = "CLUSTERS"
 # The index of node items by when they were saved (`saved_at`, whole seconds of the writer's clock): "did any node
 # of the cluster change since t?" reads at most one key, however large the cluster (the Slurm bridge's idle pass).
 SAVED_INDEX = "BySavedAt"
@@ -45,31 +51,6 @@ WHOLE_RELOAD_S = 900  # a warm Lambda reads a cluster's records whole at least t
 BATCH_GET_MAX = 100  # keys per BatchGetItem (the API's limit)
 Doc = TypeVar("Doc", SafetyState, ClusterReadings)  # a cluster-wide document: `cluster`, `version`
 BATCH_GET_ATTEMPTS = 5
-
-
-def Key(name: str) -> Any:
-    """boto3's ``Key`` condition, imported on first use (it imports boto3, which the first call needs anyway)."""
-    return aws.conditions().Key(name)
-
-
-def Attr(name: str) -> Any:
-    """boto3's ``Attr`` condition, imported on first use."""
-    return aws.conditions().Attr(name)
-
-
-def cluster_pk(cluster: str) -> str:
-    return f"CLUSTER#{cluster}"
-
-
-@dataclass(frozen=True)
-class RoundMeta:
-    seq: int = 0
-    holder: str | None = None
-    lease_expires_at: float = 0.0
-    check_requested: str | None = None  # the round that asked HyperPod for the check now active, if any
-    # When an event last said a node of the cluster changed (Intake): a live round's poll then looks at the whole
-    # cluster, not only its members.
-    changed_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -89,7 +70,7 @@ class _Warm:
     records: dict[str, NodeRecord]
 
 
-class NodeTable:
+class NodeTable(RoundItem):
     def __init__(self, table_name: str, table: Any | None = None) -> None:
         self._name = table_name
         self._table = table
@@ -225,7 +206,7 @@ class NodeTable:
     def note_not_slurm(self, cluster: str, arn: str) -> bool:
         """Mark that cluster `arn` (named `cluster`) is not a Slurm cluster; False if it already was marked. A
         cluster recreated under the same name has a new ARN, and is marked (and said) again."""
-        return _written(
+        return written(
             lambda: self.t.put_item(
                 Item={"pk": cluster_pk(cluster), "sk": NOT_SLURM_SK, "arn": arn},
                 ConditionExpression=Attr("pk").not_exists() | Attr("arn").ne(arn),
@@ -253,7 +234,7 @@ class NodeTable:
         item: dict[str, Any] = {"pk": cluster_pk(cluster), "sk": sk, "version": version + 1, "doc": doc}
         if sk.startswith(NODE_PREFIX):
             item["saved_at"] = math.floor(clock.now())
-        if not _written(lambda: self.t.put_item(Item=item, ConditionExpression=condition)):
+        if not written(lambda: self.t.put_item(Item=item, ConditionExpression=condition)):
             raise StaleRecord(f"{cluster}/{sk} changed since version {version}")
 
     # -- cluster registry: lets the reconciler close out clusters that vanished from ListClusters ------
@@ -293,7 +274,7 @@ class NodeTable:
         another pull changed it first."""
         same_fence = Attr("fence").eq(read.fence) if read.fence else Attr("fence").not_exists()
         same_holder = Attr("bridge_holder").eq(read.holder) if read.holder else Attr("bridge_holder").not_exists()
-        return _written(
+        return written(
             lambda: self.t.update_item(
                 Key={"pk": REGISTRY_PK, "sk": cluster},
                 UpdateExpression="SET bridge_holder = :h, fence = :f, bridge_seen_at = :t",
@@ -320,120 +301,6 @@ class NodeTable:
     @aws.translated
     def unregister_cluster(self, cluster: str) -> None:
         self.t.delete_item(Key={"pk": REGISTRY_PK, "sk": cluster})
-
-    # -- rounds: sequence number + lease ----------------------------------------------------------------
-    @aws.translated
-    def round_meta(self, cluster: str) -> RoundMeta:
-        item = self.t.get_item(Key={"pk": cluster_pk(cluster), "sk": ROUND_SK}, ConsistentRead=True).get("Item")
-        if not item:
-            return RoundMeta()
-        return _round_meta(item)
-
-    @aws.translated
-    def acquire_lease(self, cluster: str, seq: int, holder: str, now: float, ttl_s: float) -> RoundMeta | None:
-        """Take (or renew) the cluster's lease for round `seq`: the round item as written, None if another round
-        holds it."""
-        free = Attr("holder").not_exists() | Attr("holder").eq(holder) | Attr("lease_expires_at").lt(int(now))
-        answer = _conditional(
-            lambda: self.t.update_item(
-                Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
-                UpdateExpression="SET holder = :h, lease_expires_at = :exp, seq = if_not_exists(seq, :seq)",
-                ConditionExpression=_seq_is(seq) & free,
-                ExpressionAttributeValues={":h": holder, ":exp": int(now + ttl_s), ":seq": seq},
-                ReturnValues="ALL_NEW",  # the same write, and the poll learns whether an event came (changed_at)
-            )
-        )
-        return None if answer is None else _round_meta(answer.get("Attributes") or {})
-
-    @aws.translated
-    def note_change(self, cluster: str, now: float) -> None:
-        """An event said a node of the cluster changed: a live round's next poll looks at the whole cluster."""
-        self.t.update_item(
-            Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
-            UpdateExpression="SET changed_at = :t",
-            ExpressionAttributeValues={":t": math.ceil(now)},  # whole seconds, rounded up: never before the event
-        )
-
-    @aws.translated
-    def claim_arrivals_look(self, cluster: str, now: float, gap_s: float) -> bool:
-        """Take the cluster's look for arrivals (usecases/record_arrivals) unless another was taken within `gap_s`:
-        one conditional write, so two Lambdas woken together list the cluster once."""
-        due = Attr("arrivals_looked_at").not_exists() | Attr("arrivals_looked_at").lte(math.floor(now - gap_s))
-        return self._update_round(cluster, "SET arrivals_looked_at = :t", due, {":t": math.floor(now)})
-
-    @aws.translated
-    def note_whole_look(self, cluster: str, now: float) -> None:
-        """A round listed the whole cluster: it counts as the look for arrivals (`claim_arrivals_look`)."""
-        self.t.update_item(
-            Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
-            UpdateExpression="SET arrivals_looked_at = :t",
-            ExpressionAttributeValues={":t": math.floor(now)},
-        )
-
-    @aws.translated
-    def note_check_request(self, cluster: str, holder: str | None) -> bool:
-        """Record that round `holder` is asking for a check (None: its request was refused); lease holder only."""
-        if holder is None:
-            return self._update_round(cluster, "REMOVE check_requested", Attr("holder").exists(), {})
-        return self._update_round(cluster, "SET check_requested = :h", Attr("holder").eq(holder), {":h": holder})
-
-    @aws.translated
-    def release_lease(self, cluster: str, holder: str) -> bool:
-        """Release the lease and advance the round sequence; False if `holder` no longer held it."""
-        return self._update_round(
-            cluster,
-            "SET seq = seq + :one REMOVE holder, lease_expires_at, check_requested",
-            Attr("holder").eq(holder),
-            {":one": 1},
-        )
-
-    @aws.translated
-    def skip_round(self, cluster: str, seq: int) -> bool:
-        """Advance past round `seq` whose execution ended without releasing (stopped, timed out)."""
-        update = "SET seq = :next REMOVE holder, lease_expires_at, check_requested"
-        return self._update_round(cluster, update, _seq_is(seq), {":next": seq + 1})
-
-    def _update_round(self, cluster: str, update: str, condition: Any, values: dict[str, Any]) -> bool:
-        """One conditional write of the round item; False when the condition does not hold."""
-        return _written(
-            lambda: self.t.update_item(
-                Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
-                UpdateExpression=update,
-                ConditionExpression=condition,
-                **({"ExpressionAttributeValues": values} if values else {}),
-            )
-        )
-
-
-def _conditional(write: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
-    """Make one conditional write: DynamoDB's answer, None when its condition did not hold (any other error is
-    raised)."""
-    try:
-        return write()
-    except aws.ClientError as err:
-        if err.response["Error"]["Code"] == "ConditionalCheckFailedException":
-            return None
-        raise
-
-
-def _written(write: Callable[[], dict[str, Any]]) -> bool:
-    """`_conditional`, as whether the write was made."""
-    return _conditional(write) is not None
-
-
-def _round_meta(item: dict[str, Any]) -> RoundMeta:
-    return RoundMeta(
-        seq=int(item.get("seq", 0)),
-        holder=item.get("holder"),
-        lease_expires_at=float(item.get("lease_expires_at", 0)),
-        check_requested=item.get("check_requested"),
-        changed_at=float(item["changed_at"]) if "changed_at" in item else None,
-    )
-
-
-def _seq_is(seq: int) -> Any:
-    """The round item is at sequence `seq` (a cluster's first round has no item yet)."""
-    return Attr("seq").eq(seq) if seq else (Attr("seq").not_exists() | Attr("seq").eq(0))
 
 
 def _record(item: dict[str, Any]) -> NodeRecord:

@@ -13,9 +13,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hyperpod_dhc.deephealth.adapters.hyperpod import ClusterInfo, HyperPod
-from hyperpod_dhc.deephealth.adapters.node_table import NodeTable, RoundMeta
+from hyperpod_dhc.deephealth.adapters.node_table import NodeTable
 from hyperpod_dhc.deephealth.adapters.notifications import Notifier
 from hyperpod_dhc.deephealth.adapters.result_logs import ResultLogs
+from hyperpod_dhc.deephealth.adapters.round_item import RoundMeta
 from hyperpod_dhc.deephealth.adapters.round_starter import RoundStarter
 from hyperpod_dhc.deephealth.domain.breakers import SafetyState
 from hyperpod_dhc.deephealth.domain.errors import ClusterNotFound, ClusterNotSlurm, LeaseLost
