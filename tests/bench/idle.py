@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hyperpod_dhc.infra.controller_functions import METRICS_NAMESPACE, SERVICE_NAME
 from tests.bench.run import (
     DDB_PER_READ_UNIT,
     DDB_PER_WRITE_UNIT,
@@ -43,6 +44,7 @@ from tests.bench.run import (
 PRICES_AS_OF = "2026-12-02"
 APIGW_PER_REQUEST = 3.50 / 1_000_000  # REST API, first 333 million a month (the others: tests/bench/run.py)
 TARGET_USD_PER_DAY = 1.0
+IDLE_SINCE_S = 2 * 3600  # how long ago the nodes were created (a deep health check takes about 1 h)
 CLUSTER = "idle"
 GROUP = "workers"
 
@@ -179,7 +181,9 @@ def run_idle(nodes: int, hours: float) -> IdleCost:
     wall0 = time.monotonic()
     with Harness(template, fake, config={"clusters": [CLUSTER]}) as harness:
         cluster = fake.create_cluster(CLUSTER, [GroupSpec(GROUP, count=nodes)])
-        # Every node has passed: its record as the controller keeps it after the pass.
+        # Every node has passed, so it was created at least a check before: its record as the controller keeps it
+        # after the pass (the clock moves on without Reconcile: nothing is on record yet).
+        fake.advance(IDLE_SINCE_S)
         now = fake.clock.now()
         table = NodeTable(TABLE_NAME)
         for s in HyperPod().list_nodes(CLUSTER):
@@ -304,6 +308,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hours", type=float, default=1.0)
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    # The environment every deployed function has, before anything imports the controller's one Metrics: this
+    # script imports the bridge and the API's test module ahead of any invocation.
+    for name, value in (("POWERTOOLS_SERVICE_NAME", SERVICE_NAME), ("POWERTOOLS_METRICS_NAMESPACE", METRICS_NAMESPACE)):
+        os.environ.setdefault(name, value)
     with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):  # the Lambdas' JSON logs
         cost = run_idle(args.nodes, args.hours)
     if args.json:

@@ -103,9 +103,11 @@ def test_polls_list_the_rounds_launch_window_and_the_whole_cluster_every_five_mi
     (start,) = [t for t, op, _ in fake.requests if op == "StartClusterHealthCheck"]
     launched = [fake.node("demo", lid).launched for lid in early]
     listings = [(t, p) for t, op, p in fake.requests if op == "ListClusterNodes" and t > start]
-    windowed = [p for _, p in listings if "CreationTimeAfter" in p]
-    whole = [t for t, p in listings if "CreationTimeAfter" not in p]
-    assert windowed and len(windowed) > len(whole)
+    windowed = [p for _, p in listings if "CreationTimeBefore" in p]  # the round's members
+    whole = [t for t, p in listings if "CreationTimeAfter" not in p]  # the rest: looks for arrivals, probes
+    # Looks for arrivals after the first list only what was created since the one before (record_arrivals).
+    probes = [p for _, p in listings if "CreationTimeAfter" in p and "CreationTimeBefore" not in p]
+    assert windowed and len(windowed) > len(whole) and probes
     for p in windowed:
         assert p["InstanceGroupNameContains"] == "workers"
         assert p["CreationTimeAfter"] < min(launched) <= max(launched) < p["CreationTimeBefore"]  # epoch s on the wire
@@ -181,3 +183,26 @@ def test_a_round_stopped_mid_check_is_moved_past_and_its_nodes_still_get_verdict
     assert {r.state for r in harness.records("demo").values()} == {NodeState.PASSED}
     statuses = {e["name"]: e["status"] for e in harness.executions()}
     assert statuses["demo-r000000"] == "ABORTED", statuses
+
+
+def test_a_resting_cluster_is_probed_for_new_nodes_and_listed_whole_hourly(harness, fake):
+    """Reconcile's quiet sweep (domain/quiet_sweep.py): once every node rests (passed more than a day ago), a pass
+    lists only what was created since the last whole listing, and the whole cluster once an hour; a node that
+    arrives is still recorded within one pass."""
+    from hyperpod_dhc.deephealth.domain.late_evidence import SCAN_S
+    from hyperpod_dhc.deephealth.domain.quiet_sweep import WHOLE_SWEEP_S
+
+    fake.create_cluster("demo", [GroupSpec("workers", count=4)])
+    harness.run_until(lambda: _all_final(harness, "demo", 4), horizon_s=12 * 3600)
+    harness.advance(SCAN_S + 3600)  # past every pass's revisit and failure scan: the cluster rests
+    start = fake.clock.now()
+    harness.advance(2 * WHOLE_SWEEP_S)
+    listings = [p for t, op, p in fake.requests if op == "ListClusterNodes" and t > start]
+    probes = [p for p in listings if "CreationTimeAfter" in p and "CreationTimeBefore" not in p]
+    whole = [p for p in listings if "CreationTimeAfter" not in p]
+    passes = 2 * WHOLE_SWEEP_S // harness.reconcile_every_s
+    assert len(whole) <= 3 and len(probes) >= passes - 3, (len(whole), len(probes), passes)
+
+    lid = fake.add_node("demo", "workers", ready_after_s=60)
+    harness.advance(harness.reconcile_every_s + 60)
+    assert lid in {r.logical_id for r in harness.records("demo").values()}, "the probe missed an arrival"

@@ -79,3 +79,14 @@ def test_a_cluster_that_is_not_slurm_is_marked_once_per_arn(harness, fake):
     assert table.note_not_slurm("eks", first) is False
     assert table.note_not_slurm("eks", "arn:aws:sagemaker:us-east-1:123456789012:cluster/bbbb2222") is True
     assert table.note_not_slurm("other", first) is True  # by name and ARN: another name is another mark
+
+
+def test_a_look_for_arrivals_is_taken_once_per_gap_and_starts_where_the_last_one_was_taken(harness, fake):
+    """`claim_arrivals_look` says when the look before was taken (0.0: never): the next listing starts there."""
+    table = NodeTable(TABLE_NAME)
+    assert table.claim_arrivals_look("demo", 1000.0, 300) == 0.0
+    assert table.claim_arrivals_look("demo", 1200.0, 300) is None  # another look took the last 5 minutes
+    assert table.claim_arrivals_look("demo", 1300.0, 300) == 1000.0
+    table.note_whole_look("demo", 1700.0)  # a round's whole look counts as one
+    assert table.claim_arrivals_look("demo", 1800.0, 300) is None
+    assert table.claim_arrivals_look("demo", 2000.0, 300) == 1700.0

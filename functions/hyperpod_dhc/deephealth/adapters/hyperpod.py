@@ -179,6 +179,14 @@ class HyperPod:
             params["CreationTimeBefore"] = _utc(window.launched_before + 1)
             if window.group:
                 params["InstanceGroupNameContains"] = window.group
+        return self._listing(params)
+
+    def list_nodes_created_after(self, cluster: str, after: float) -> list[NodeSnapshot]:
+        """The nodes HyperPod created after `after` (epoch s), provisioning ones included: Reconcile's probe of a
+        resting cluster (domain/quiet_sweep.py), usually one page."""
+        return self._listing({"ClusterName": cluster, "IncludeNodeLogicalIds": True, "CreationTimeAfter": _utc(after)})
+
+    def _listing(self, params: dict[str, Any]) -> list[NodeSnapshot]:
         try:
             pages = self.sm.get_paginator("list_cluster_nodes").paginate(**params, PaginationConfig={"PageSize": 100})
             return [_snapshot(s) for p in pages for s in p.get("ClusterNodeSummaries", [])]

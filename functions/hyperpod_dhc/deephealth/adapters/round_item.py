@@ -64,11 +64,21 @@ class RoundItem:
         )
 
     @aws.translated
-    def claim_arrivals_look(self, cluster: str, now: float, gap_s: float) -> bool:
-        """Take the cluster's look for arrivals (usecases/record_arrivals) unless another was taken within `gap_s`:
-        one conditional write, so two Lambdas woken together list the cluster once."""
+    def claim_arrivals_look(self, cluster: str, now: float, gap_s: float) -> float | None:
+        """Take the cluster's look for arrivals (usecases/record_arrivals) unless another was taken within `gap_s`
+        (None): one conditional write, so two Lambdas woken together list the cluster once. Returns when the look
+        before it was taken (0.0: never), where this one's listing starts."""
         due = Attr("arrivals_looked_at").not_exists() | Attr("arrivals_looked_at").lte(math.floor(now - gap_s))
-        return self._update_round(cluster, "SET arrivals_looked_at = :t", due, {":t": math.floor(now)})
+        answer = conditional(
+            lambda: self.t.update_item(
+                Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
+                UpdateExpression="SET arrivals_looked_at = :t",
+                ConditionExpression=due,
+                ExpressionAttributeValues={":t": math.floor(now)},
+                ReturnValues="UPDATED_OLD",
+            )
+        )
+        return None if answer is None else float(answer.get("Attributes", {}).get("arrivals_looked_at", 0))
 
     @aws.translated
     def note_whole_look(self, cluster: str, now: float) -> None:

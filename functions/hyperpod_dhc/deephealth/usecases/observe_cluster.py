@@ -37,13 +37,15 @@ def observe_cluster(
     orphaned_before: int | None = None,
     ask_operations: bool = True,
     by_round: bool = False,
+    view: ClusterView | None = None,
 ) -> ClusterView:
     """One paginated ListClusterNodes pass (+ one result-log query if a check ended) folded into records.
 
     `orphaned_before`: rounds before this sequence number have ended, so what they claimed and never started
     goes back in the queue (None: the caller cannot tell). `by_round`: the caller is the round holding the
-    cluster's lease (`trigger` is its id), whose whole look counts as the look for arrivals."""
-    view = ctx.view(cluster, fresh=fresh)
+    cluster's lease (`trigger` is its id), whose whole look counts as the look for arrivals. `view`: the cluster as
+    the caller has just described and loaded it (else described and loaded here)."""
+    view = view or ctx.view(cluster, fresh=fresh)
     snapshots = {s.key: s for s in ctx.hyperpod.list_nodes(cluster) if s.key}
     if by_round:  # a round's whole look: arrivals were looked at too (usecases/record_arrivals)
         ctx.table.note_whole_look(cluster, ctx.clock())

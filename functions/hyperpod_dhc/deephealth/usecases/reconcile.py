@@ -8,9 +8,10 @@ from collections import Counter
 
 from hyperpod_dhc.deephealth.domain.errors import ClusterNotFound, ClusterNotSlurm
 from hyperpod_dhc.deephealth.domain.on_demand import due_for_revalidation, queue_revalidations
+from hyperpod_dhc.deephealth.domain.quiet_sweep import news, probe_after, resting
 from hyperpod_dhc.deephealth.domain.waiting import overdue_waits
 from hyperpod_dhc.deephealth.observability import MetricUnit, logger, metrics
-from hyperpod_dhc.deephealth.usecases.context import Context
+from hyperpod_dhc.deephealth.usecases.context import ClusterView, Context
 from hyperpod_dhc.deephealth.usecases.decisions import notify, save_and_announce
 from hyperpod_dhc.deephealth.usecases.observe_cluster import close_cluster, observe_cluster
 from hyperpod_dhc.deephealth.usecases.record_arrivals import record_arrivals
@@ -40,6 +41,18 @@ def reconcile(ctx: Context) -> dict[str, str]:
     return results
 
 
+def quiet(ctx: Context, view: ClusterView) -> bool:
+    """Whether Reconcile's pass may leave a resting cluster with a probe for new nodes instead of a whole listing
+    (domain/quiet_sweep.py): its records rest, its last whole listing is recent, and the probe lists nothing new."""
+    now = ctx.clock()
+    after = probe_after(ctx.table.recorded_at(view.info.name), now)
+    if after is None or view.previous or not resting(view.records.values(), view.groups, now):
+        return False
+    fresh = news(ctx.hyperpod.list_nodes_created_after(view.info.name, after), view.records)
+    metrics.add_metric(name="QuietSweeps", unit=MetricUnit.Count, value=0 if fresh else 1)
+    return not fresh
+
+
 def reconcile_cluster(ctx: Context, cluster: str, trigger: str) -> str:
     """Observe one cluster afresh (unless a live round does), queue what is due for revalidation, and start
     a round if one could change something; returns the cluster's node counts by state, for the log."""
@@ -53,7 +66,11 @@ def reconcile_cluster(ctx: Context, cluster: str, trigger: str) -> str:
     if live:
         meta = ctx.table.round_meta(cluster)  # the starter moved past a round that died holding the lease
     try:
-        view = observe_cluster(ctx, cluster, trigger, fresh=True, orphaned_before=ctx.orphaned_before(meta))
+        view = ctx.view(cluster, fresh=True)
+        if trigger != "reconcile" or not quiet(ctx, view):
+            view = observe_cluster(
+                ctx, cluster, trigger, fresh=True, orphaned_before=ctx.orphaned_before(meta), view=view
+            )
     except ClusterNotSlurm as err:  # not there for the controller (Context.describe said so once)
         return close_cluster(ctx, cluster, str(err), trigger)
     except ClusterNotFound:

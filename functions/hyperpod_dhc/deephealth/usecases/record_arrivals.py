@@ -5,29 +5,41 @@ that became ready meanwhile would go unrecorded (out of `hpdhc nodes`, the Slurm
 ready-to-verdict clock) for as long as the check runs. This look writes new records only, never one that exists:
 the round owns those, and a look that judged them could race it. Intake runs it on a readiness event, Reconcile
 on every pass over a live cluster; at most once per 5 minutes, and not within 5 minutes of the round's own whole
-look (`NodeTable.claim_arrivals_look`, `note_whole_look`). The round's polls keep their own spacing: a look for
-arrivals does not judge, so it never stands in for theirs."""
+look (`NodeTable.claim_arrivals_look`, `note_whole_look`). It lists only the nodes created since the look before
+it (`CreationTimeAfter`, less a margin): a node without a record is a node created since (one HyperPod did not list
+while it waited for a retry is found by the round's next whole look). The round's polls keep their own spacing: a
+look for arrivals does not judge, so it never stands in for theirs."""
 
 from __future__ import annotations
 
 from hyperpod_dhc.deephealth.domain.observe import Observation, observe
+from hyperpod_dhc.deephealth.domain.quiet_sweep import PROBE_MARGIN_S
 from hyperpod_dhc.deephealth.observability import MetricUnit, metrics
 from hyperpod_dhc.deephealth.usecases.context import Context
 from hyperpod_dhc.deephealth.usecases.decisions import save_and_announce
 from hyperpod_dhc.deephealth.usecases.observe_cluster import adopted_on_first_look
 
-# At most one whole listing per cluster this often (a burst of 500 readiness events is one listing, not 500): an
+# At most one listing per cluster this often (a burst of 500 readiness events is one listing, not 500): an
 # event that finds a look within the gap is recorded by the next event's look or Reconcile's.
 ARRIVALS_LOOK_GAP_S = 300
 
 
 def record_arrivals(ctx: Context, cluster: str, trigger: str) -> str:
-    """One whole listing, if no other look took the last minute; returns what it did, for the log."""
+    """One listing of what was created since the last look, if no other look took the last 5 minutes; returns what
+    it did, for the log."""
     now = ctx.clock()
-    if not ctx.table.claim_arrivals_look(cluster, now, ARRIVALS_LOOK_GAP_S):
+    before = ctx.table.claim_arrivals_look(cluster, now, ARRIVALS_LOOK_GAP_S)
+    if before is None:
         return "the cluster was listed whole within the last 5 minutes"
     view = ctx.view(cluster)
-    snapshots = {s.key: s for s in ctx.hyperpod.list_nodes(cluster) if s.key}
+    # A node with no record was created after the last look (PROBE_MARGIN_S for a listing not yet consistent):
+    # list only those, usually one page. The first look lists the whole cluster.
+    listed = (
+        ctx.hyperpod.list_nodes_created_after(cluster, before - PROBE_MARGIN_S)
+        if before and view.records
+        else ctx.hyperpod.list_nodes(cluster)
+    )
+    snapshots = {s.key: s for s in listed if s.key}
     new = {k: s for k, s in snapshots.items() if k not in view.records and k not in view.previous}
     obs = Observation(
         now=now,
