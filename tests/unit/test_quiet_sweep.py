@@ -6,7 +6,16 @@ import pytest
 from hyperpod_dhc.deephealth.domain.late_evidence import SCAN_S
 from hyperpod_dhc.deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState, Verdict
 from hyperpod_dhc.deephealth.domain.policy import GroupContext, GroupPolicy
-from hyperpod_dhc.deephealth.domain.quiet_sweep import PROBE_MARGIN_S, WHOLE_SWEEP_S, news, probe_after, resting
+from hyperpod_dhc.deephealth.domain.quiet_sweep import (
+    ARRIVALS_LOOK_GAP_S,
+    LOST_EVENT_GAP_S,
+    PROBE_MARGIN_S,
+    WHOLE_SWEEP_S,
+    arrivals_look_gap,
+    news,
+    probe_after,
+    resting,
+)
 
 GROUPS = {"gpu": GroupContext(GroupPolicy())}
 NOW = 10_000_000.0
@@ -53,3 +62,11 @@ def test_news_is_what_the_records_do_not_already_say():
     assert news([snap("a"), snap("n")], records) == ["n"]  # a node with no record
     assert news([snap("a", instance="i-new")], records) == ["a"]  # replaced
     assert news([snap("b", status="Failure")], records) == ["b"]  # its status moved
+
+
+def test_reconcile_looks_for_arrivals_5_minutes_after_an_event_it_was_told_of_else_only_as_the_lost_event_net():
+    assert arrivals_look_gap(noted_at=None, looked_at=1000.0) == LOST_EVENT_GAP_S
+    assert arrivals_look_gap(noted_at=900.0, looked_at=1000.0) == LOST_EVENT_GAP_S  # that look recorded it
+    assert arrivals_look_gap(noted_at=1000.0, looked_at=1000.0) == ARRIVALS_LOOK_GAP_S
+    assert arrivals_look_gap(noted_at=1100.0, looked_at=None) == ARRIVALS_LOOK_GAP_S
+    assert ARRIVALS_LOOK_GAP_S < LOST_EVENT_GAP_S

@@ -22,6 +22,8 @@ class RoundMeta:
     # When an event last said a node of the cluster changed (Intake): a live round's poll then looks at the whole
     # cluster, not only its members.
     changed_at: float | None = None
+    arrivals_looked_at: float | None = None  # the last look for arrivals (`claim_arrivals_look`, `note_whole_look`)
+    arrival_noted_at: float | None = None  # the last readiness event that found that look too recent to take one
 
 
 class RoundItem:
@@ -61,6 +63,16 @@ class RoundItem:
             Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
             UpdateExpression="SET changed_at = :t",
             ExpressionAttributeValues={":t": math.ceil(now)},  # whole seconds, rounded up: never before the event
+        )
+
+    @aws.translated
+    def note_arrival(self, cluster: str, now: float) -> None:
+        """A readiness event found the last look for arrivals too recent to take its own: Reconcile's next pass
+        takes one 5 minutes after that look (usecases/record_arrivals)."""
+        self.t.update_item(
+            Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
+            UpdateExpression="SET arrival_noted_at = :t",
+            ExpressionAttributeValues={":t": math.ceil(now)},
         )
 
     @aws.translated
@@ -131,6 +143,8 @@ def _round_meta(item: dict[str, Any]) -> RoundMeta:
         lease_expires_at=float(item.get("lease_expires_at", 0)),
         check_requested=item.get("check_requested"),
         changed_at=float(item["changed_at"]) if "changed_at" in item else None,
+        arrivals_looked_at=float(item["arrivals_looked_at"]) if "arrivals_looked_at" in item else None,
+        arrival_noted_at=float(item["arrival_noted_at"]) if "arrival_noted_at" in item else None,
     )
 
 

@@ -20,6 +20,19 @@ WHOLE_SWEEP_S = 3600  # a resting cluster is listed whole at least this often (a
 # The probe reaches this far before the last whole listing: a node created just before it may not have been listed
 # yet (ListClusterNodes is eventually consistent).
 PROBE_MARGIN_S = 600
+# While a round is live, arrivals are looked for (usecases/record_arrivals) at most once per cluster this often (a
+# burst of 500 readiness events is one listing, not 500)...
+ARRIVALS_LOOK_GAP_S = 300
+# ...and by Reconcile this long after the last look when no readiness event came since: it only stands in for a
+# lost event.
+LOST_EVENT_GAP_S = 900
+
+
+def arrivals_look_gap(noted_at: float | None, looked_at: float | None) -> float:
+    """How long after the last look for arrivals Reconcile takes one: ARRIVALS_LOOK_GAP_S when a readiness event
+    came since (one that found the last look too recent to take its own: `noted_at`), else LOST_EVENT_GAP_S."""
+    announced = noted_at is not None and (looked_at is None or noted_at >= looked_at)
+    return ARRIVALS_LOOK_GAP_S if announced else LOST_EVENT_GAP_S
 
 
 def resting(records: Iterable[NodeRecord], groups: Mapping[str, GroupContext], now: float) -> bool:

@@ -46,12 +46,16 @@ def _node_signal(ctx: Context, signal: NodeSignal) -> str:
         # when an event says something changed. So the event only wakes the cluster's round, or tells a live
         # one (note_change). A DescribeClusterNode per event would be one call per node, and a burst of 500
         # arrivals would meet SageMaker's throttling.
-        ctx.table.note_change(signal.cluster, ctx.clock())
         ctx.start_round(signal.cluster)
         if ctx.live_round(signal.cluster) is None:
+            ctx.table.note_change(signal.cluster, ctx.clock())
             return f"round woken: {signal.reason[:100]}"  # its Claim records the node
-        # A live round lists the whole cluster only when its check looks finished: record the node now.
-        return f"round live: {record_arrivals(ctx, signal.cluster, signal.event_id)} ({signal.reason[:100]})"
+        # A live round lists the whole cluster only when its check looks finished: record the node now. A look
+        # taken within the last 5 minutes leaves it to Reconcile's, told to look 5 minutes after that one.
+        look = record_arrivals(ctx, signal.cluster, signal.event_id)
+        if not look.looked:
+            ctx.table.note_arrival(signal.cluster, ctx.clock())
+        return f"round live: {look.said} ({signal.reason[:100]})"
     try:
         view = ctx.view(signal.cluster, load_records=False)
     except ClusterNotFound:

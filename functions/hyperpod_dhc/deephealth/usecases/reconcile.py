@@ -8,7 +8,7 @@ from collections import Counter
 
 from hyperpod_dhc.deephealth.domain.errors import ClusterNotFound, ClusterNotSlurm
 from hyperpod_dhc.deephealth.domain.on_demand import due_for_revalidation, queue_revalidations
-from hyperpod_dhc.deephealth.domain.quiet_sweep import news, probe_after, resting
+from hyperpod_dhc.deephealth.domain.quiet_sweep import arrivals_look_gap, news, probe_after, resting
 from hyperpod_dhc.deephealth.domain.waiting import overdue_waits
 from hyperpod_dhc.deephealth.observability import MetricUnit, logger, metrics
 from hyperpod_dhc.deephealth.usecases.context import ClusterView, Context
@@ -48,9 +48,9 @@ def quiet(ctx: Context, view: ClusterView) -> bool:
     after = probe_after(ctx.table.recorded_at(view.info.name), now)
     if after is None or view.previous or not resting(view.records.values(), view.groups, now):
         return False
-    fresh = news(ctx.hyperpod.list_nodes_created_after(view.info.name, after), view.records)
-    metrics.add_metric(name="QuietSweeps", unit=MetricUnit.Count, value=0 if fresh else 1)
-    return not fresh
+    found = news(ctx.hyperpod.list_nodes_created_after(view.info.name, after), view.records)
+    metrics.add_metric(name="QuietSweeps", unit=MetricUnit.Count, value=0 if found else 1)
+    return not found
 
 
 def reconcile_cluster(ctx: Context, cluster: str, trigger: str) -> str:
@@ -62,7 +62,8 @@ def reconcile_cluster(ctx: Context, cluster: str, trigger: str) -> str:
     live = trigger == "reconcile" and meta.holder and meta.lease_expires_at > ctx.clock()
     if live and (ctx.starter is None or ctx.starter.ensure_round(cluster) == meta.holder):
         # Its polls observe its members; nodes that arrived since its last whole look are recorded here.
-        return f"round {meta.holder} is live; {record_arrivals(ctx, cluster, trigger)}"
+        look = record_arrivals(ctx, cluster, trigger, arrivals_look_gap(meta.arrival_noted_at, meta.arrivals_looked_at))
+        return f"round {meta.holder} is live; {look.said}"
     if live:
         meta = ctx.table.round_meta(cluster)  # the starter moved past a round that died holding the lease
     try:

@@ -4,33 +4,37 @@ A live round's polls look at its members, and at the whole cluster only when its
 that became ready meanwhile would go unrecorded (out of `hpdhc nodes`, the Slurm bridge's document and the
 ready-to-verdict clock) for as long as the check runs. This look writes new records only, never one that exists:
 the round owns those, and a look that judged them could race it. Intake runs it on a readiness event, Reconcile
-on every pass over a live cluster; at most once per 5 minutes, and not within 5 minutes of the round's own whole
-look (`NodeTable.claim_arrivals_look`, `note_whole_look`). It lists only the nodes created since the look before
-it (`CreationTimeAfter`, less a margin): a node without a record is a node created since (one HyperPod did not list
-while it waited for a retry is found by the round's next whole look). The round's polls keep their own spacing: a
-look for arrivals does not judge, so it never stands in for theirs."""
+on a pass over a live cluster; at most once per 5 minutes, and not within 5 minutes of the round's own whole
+look (`NodeTable.claim_arrivals_look`, `note_whole_look`). Reconcile looks 5 minutes after the last look only when
+a readiness event found it too recent to take its own (`note_arrival`); else 15 minutes after: it is the net for
+a lost event. It lists only the nodes created since the look before it (`CreationTimeAfter`, less a margin): a
+node without a record is a node created since (one HyperPod did not list while it waited for a retry is found by
+the round's next whole look). The round's polls keep their own spacing: a look for arrivals does not judge, so it
+never stands in for theirs."""
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from hyperpod_dhc.deephealth.domain.observe import Observation, observe
-from hyperpod_dhc.deephealth.domain.quiet_sweep import PROBE_MARGIN_S
+from hyperpod_dhc.deephealth.domain.quiet_sweep import ARRIVALS_LOOK_GAP_S, PROBE_MARGIN_S
 from hyperpod_dhc.deephealth.observability import MetricUnit, metrics
 from hyperpod_dhc.deephealth.usecases.context import Context
 from hyperpod_dhc.deephealth.usecases.decisions import save_and_announce
 from hyperpod_dhc.deephealth.usecases.observe_cluster import adopted_on_first_look
 
-# At most one listing per cluster this often (a burst of 500 readiness events is one listing, not 500): an
-# event that finds a look within the gap is recorded by the next event's look or Reconcile's.
-ARRIVALS_LOOK_GAP_S = 300
+
+class ArrivalsLook(NamedTuple):
+    looked: bool  # False: a look was taken within the gap
+    said: str  # what it did, for the log
 
 
-def record_arrivals(ctx: Context, cluster: str, trigger: str) -> str:
-    """One listing of what was created since the last look, if no other look took the last 5 minutes; returns what
-    it did, for the log."""
+def record_arrivals(ctx: Context, cluster: str, trigger: str, gap_s: float = ARRIVALS_LOOK_GAP_S) -> ArrivalsLook:
+    """One listing of what was created since the last look, if no other look was taken within `gap_s`."""
     now = ctx.clock()
-    before = ctx.table.claim_arrivals_look(cluster, now, ARRIVALS_LOOK_GAP_S)
+    before = ctx.table.claim_arrivals_look(cluster, now, gap_s)
     if before is None:
-        return "the cluster was listed whole within the last 5 minutes"
+        return ArrivalsLook(False, f"arrivals were looked for within the last {gap_s / 60:g} minutes")
     view = ctx.view(cluster)
     # A node with no record was created after the last look (PROBE_MARGIN_S for a listing not yet consistent):
     # list only those, usually one page. The first look lists the whole cluster.
@@ -54,4 +58,4 @@ def record_arrivals(ctx: Context, cluster: str, trigger: str) -> str:
         ctx.table.register_cluster(cluster)
     saved = save_and_announce(ctx, adopted_on_first_look(ctx, cluster, snapshots, changes))
     metrics.add_metric(name="ArrivalsRecorded", unit=MetricUnit.Count, value=len(saved))
-    return f"{len(saved)} arrival(s) recorded"
+    return ArrivalsLook(True, f"{len(saved)} arrival(s) recorded")
