@@ -5,6 +5,7 @@ from collections import Counter
 import pytest
 
 from hyperpod_dhc.deephealth.domain.nodes import FINAL_STATES, NodeState, Verdict
+from hyperpod_dhc.deephealth.domain.rounds import EXPECTED_CHECK_S, MEMBERS_LIST_S
 from tests.fakes.hyperpod import GroupSpec
 
 RECHECK = {"clusters": ["demo"], "defaults": {"gather_window_s": 120, "recovery": "reboot-then-replace"}}
@@ -116,6 +117,21 @@ def test_polls_list_the_rounds_launch_window_and_the_whole_cluster_every_five_mi
     # (Reconcile, Intake: usecases/record_arrivals), which skip a turn the round took but not the reverse.
     span = whole[-1] - whole[0]
     assert len(whole) <= 2 * (span // 300 + 1) + 1, f"the whole cluster {len(whole)} times in {span:.0f} s"
+    assert {r.state for r in harness.records("demo").values()} == {NodeState.PASSED}
+
+
+def test_a_rounds_polls_list_its_members_only_when_the_result_log_moves_or_their_lines_settle(harness, fake):
+    """Through the check's tail a poll a minute only counts the result log; the members are listed when a node's
+    lines arrive (it left its check), when its lines settle (its verdict), or 5 minutes after the last listing."""
+    fake.create_cluster("demo", [GroupSpec("workers", count=4)])
+    harness.run_until(lambda: _all_final(harness, "demo", 4), horizon_s=12 * 3600)
+    (start,) = [t for t, op, _ in fake.requests if op == "StartClusterHealthCheck"]
+    windowed = [t for t, op, p in fake.requests if op == "ListClusterNodes" and "CreationTimeBefore" in p]
+    tail = [t for t in windowed if t >= start + 0.8 * EXPECTED_CHECK_S["InstanceStress"]]
+    span = tail[-1] - tail[0]
+    assert span > 600, "the check's tail is long enough to tell a listing a minute from a listing on news"
+    assert len(tail) <= 2 * 4 + span // MEMBERS_LIST_S + 1, f"{len(tail)} listings in {span:.0f} s"
+    assert len(tail) < span // 60, "not a listing a minute"
     assert {r.state for r in harness.records("demo").values()} == {NodeState.PASSED}
 
 

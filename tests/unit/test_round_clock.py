@@ -12,7 +12,11 @@ from hyperpod_dhc.deephealth.domain.policy import GroupContext, GroupPolicy
 from hyperpod_dhc.deephealth.domain.rounds import (
     FIRST_POLL_S,
     LATE_LINES_LOOK_S,
+    MEMBERS_LIST_S,
+    RoundState,
     lines_due,
+    members_due_at,
+    members_listing_due,
     next_look,
     poll_interval,
     settled,
@@ -96,8 +100,34 @@ def test_next_look_confirms_the_start_then_waits_for_the_first_line_to_settle_on
     # Every member out: nothing can change a verdict before a's lines settle at 3030.
     assert next_look(members, GROUPS, 0.0, 3001.0, 2700, None) == 60
     assert next_look(members, GROUPS, 0.0, 2941.0, 2700, None) == 89
-    # One still in: the usual spacing.
-    assert next_look([*members, checking("c")], GROUPS, 0.0, 3001.0, 2700, None) == 60
+    # One still in: the usual spacing, cut short to judge a the moment its lines settle.
+    assert next_look([*members, checking("c")], GROUPS, 0.0, 3001.0, 2700, None) == 29
+    assert next_look([*members, checking("c")], GROUPS, 0.0, 3031.0, 2700, None) == 39  # then b's
+    # A member settled and still waiting (late lines) does not make the round poll every second.
+    assert next_look([*members, checking("c")], GROUPS, 0.0, 3071.0, 2700, None) == 60
+
+
+def test_members_are_due_when_the_next_one_out_settles():
+    members = [checking("a", left=3000.0), checking("b", left=3040.0), checking("c")]
+    assert members_due_at(members, GROUPS, 2999.0) == 3030.0
+    assert members_due_at(members, GROUPS, 3030.0) == 3070.0
+    assert members_due_at(members, GROUPS, 3070.0) is None
+    assert members_due_at([checking("a", left=3000.0, group="unknown")], GROUPS, 0.0) is None
+
+
+def listed(at=1000.0, lines=7, due=None) -> RoundState:
+    return RoundState(cluster="c", round_seq=1, listed_at=at, lines_from=0.0, lines_seen=lines, members_due_at=due)
+
+
+def test_a_poll_lists_the_members_only_when_something_says_one_moved():
+    assert not members_listing_due(listed(), 7, 1060.0)  # nothing new: no listing
+    assert members_listing_due(listed(), 8, 1060.0)  # new result lines: a member may have left its check
+    assert members_listing_due(listed(), 6, 1060.0)  # fewer (retention): any change lists
+    assert members_listing_due(listed(due=1050.0), 7, 1050.0)  # a member's lines settled: judge it
+    assert not members_listing_due(listed(due=1050.0), 7, 1049.0)
+    assert members_listing_due(listed(), 7, 1000.0 + MEMBERS_LIST_S)  # one that leaves silently is still found
+    assert members_listing_due(listed(at=None), 7, 1060.0)  # never listed
+    assert members_listing_due(listed(), None, 1060.0)  # lines not counted: list
 
 
 @given(
@@ -142,9 +172,10 @@ def test_a_round_watches_the_on_start_checks_no_live_round_watches():
     assert [r.key for r in watchable(records, round_seq=5)] == ["free", "left"]
 
 
-def test_a_listing_window_needs_every_member_listed():
-    from hyperpod_dhc.deephealth.domain.rounds import listing_window
+def test_listing_windows_need_every_member_listed():
+    from hyperpod_dhc.deephealth.domain.rounds import listing_windows
 
     launched = snap().model_copy(update={"launched_at": 10.0})
-    assert listing_window([launched, launched.model_copy(update={"launched_at": 20.0})]).launched_before == 20.0
-    assert listing_window([launched, None]) is None  # one not listed: list the whole cluster
+    later = launched.model_copy(update={"launched_at": 20.0})
+    assert listing_windows([launched, later], [launched, later])[0].launched_before == 20.0
+    assert listing_windows([launched, None], [launched]) is None  # one not listed: list the whole cluster

@@ -14,7 +14,7 @@ from hyperpod_dhc.deephealth.domain.rounds import (
     claimable,
     gather_delay,
     group_checks,
-    listing_window,
+    listing_windows,
     next_wait,
     round_name,
     select_for_round,
@@ -123,15 +123,37 @@ def _listed(group: str, launched_at: float | None) -> NodeSnapshot:
     return NodeSnapshot(group=group, instance_id="i-1", status="Running", launched_at=launched_at)
 
 
+def _spans(windows) -> list[tuple[float, float, str | None]]:
+    return [(w.launched_after, w.launched_before, w.group) for w in windows]
+
+
 def test_a_rounds_listing_window_spans_its_members_launch_times_and_names_a_lone_group():
-    window = listing_window([_listed("p5", 300.0), _listed("p5", 100.0), _listed("p5", 200.0)])
-    assert (window.launched_after, window.launched_before, window.group) == (100.0, 300.0, "p5")
-    assert listing_window([_listed("p5", 100.0), _listed("g5", 200.0)]).group is None, "two groups: no group filter"
+    members = [_listed("p5", 300.0), _listed("p5", 100.0), _listed("p5", 200.0)]
+    assert _spans(listing_windows(members, members)) == [(100.0, 300.0, "p5")]
+
+
+def test_members_launched_far_apart_are_listed_in_two_windows_when_that_costs_fewer_pages():
+    """A node checked again (launched hours before the others) must not make each poll list everything between."""
+    others = [_listed("p5", 1000.0 + i) for i in range(500)]  # not members: launched in between
+    old, new = _listed("p5", 100.0), [_listed("p5", 5000.0 + i) for i in range(50)]
+    windows = listing_windows([old, *new], [old, *others, *new])
+    assert _spans(windows) == [(100.0, 100.0, "p5"), (5000.0, 5049.0, "p5")]  # 2 pages, not 6
+    # Nothing in between: one window is the cheapest.
+    assert _spans(listing_windows([old, *new], [old, *new])) == [(100.0, 5049.0, "p5")]
+
+
+def test_members_of_two_groups_are_listed_per_group_when_the_group_filter_saves_pages():
+    p5 = [_listed("p5", 100.0 + i) for i in range(80)]
+    g5 = [_listed("g5", 100.0 + i) for i in range(80)]  # launched together with p5
+    trn = [_listed("trn1", 100.0 + i) for i in range(300)]  # listed, not members
+    assert _spans(listing_windows([*p5, *g5], [*p5, *g5, *trn])) == [(100.0, 179.0, "g5"), (100.0, 179.0, "p5")]
+    # Without the others, one window across groups holds both in 2 pages, as two windows would.
+    assert _spans(listing_windows([*p5, *g5], [*p5, *g5])) == [(100.0, 179.0, None)]
 
 
 def test_without_every_launch_time_a_round_lists_the_whole_cluster():
-    assert listing_window([_listed("p5", 100.0), _listed("p5", None)]) is None
-    assert listing_window([]) is None
+    assert listing_windows([_listed("p5", 100.0), _listed("p5", None)], []) is None
+    assert listing_windows([], []) is None
 
 
 def test_a_round_may_end_once_its_check_is_over_but_not_past_an_isolated_failed_node():

@@ -34,6 +34,12 @@ class ResultLogs:
         return self._events(log_group, since_s)
 
     @aws.translated
+    def count_since(self, log_group: str, since_s: float) -> int:
+        """How many result-stream events are timestamped at or after `since_s` (a round's polls list its members
+        when this moves: the lines are not read, only counted)."""
+        return len(self._events(log_group, since_s))
+
+    @aws.translated
     def failure_events(self, log_group: str, since_s: float) -> tuple[Event, ...]:
         """The result-stream events timestamped at or after `since_s` that FAILURE_FILTER lets through."""
         return self._events(log_group, since_s, FAILURE_FILTER)

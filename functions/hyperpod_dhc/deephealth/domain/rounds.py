@@ -4,6 +4,7 @@ poll next. One round per cluster at a time, because HyperPod allows one active o
 
 from __future__ import annotations
 
+import bisect
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -43,6 +44,10 @@ DEFAULT_POLL_S = 60  # a cluster whose groups are unknown (none described) is po
 # node that stays in DeepHealthCheckInProgress past its checks' time (isolated?) or was never seen in it
 # (skipped?), and a failure line judges the first kind without it.
 OPERATIONS_LOOK_S = 300
+# Between whole looks, a poll lists the round's members only when something says one of them moved: new result
+# lines in the cluster's log (a node writes them as it leaves its check), a member's lines settled, or this long
+# since the last listing (a node that leaves its check silently, or whose lines are slow).
+MEMBERS_LIST_S = 300
 
 # The check round's steps in workflow order: each is one Lambda (its construct id), handler module and ASL Task.
 RoundStep = Literal["ClaimRound", "StartCheck", "PollCheck", "RecoverNodes", "FinishRound"]
@@ -59,20 +64,73 @@ class ListingWindow(BaseModel):
     group: str | None = None  # set when every member is of one instance group
 
 
-def listing_window(snapshots: Iterable[NodeSnapshot | None]) -> ListingWindow | None:
-    """The narrowest listing that holds these nodes; None when one has no launch time or is not listed (list
-    everything)."""
-    given = list(snapshots)
-    found = [s for s in given if s is not None]
-    times = [s.launched_at for s in found if s.launched_at is not None]
-    if not times or len(times) < len(given):
+# ListClusterNodes' largest page, which the adapter asks for: what a listing of n nodes costs in calls.
+PAGE_SIZE = 100
+# A round's members are listed in at most this many windows (each at least one call).
+MAX_WINDOWS = 8
+
+
+def listing_windows(
+    members: Iterable[NodeSnapshot | None], listed: Iterable[NodeSnapshot]
+) -> list[ListingWindow] | None:
+    """The launch-time windows that hold these members in the fewest ListClusterNodes pages, counted on `listed`
+    (a whole listing): one member launched long before the others (a node checked again) must not make every
+    poll list all the nodes launched in between. Per group (the group filter leaves the other groups' nodes out)
+    or across groups, whichever costs fewer pages; None when a member has no launch time or is not listed."""
+    given = list(members)
+    if not given or any(s is None or s.launched_at is None for s in given):
         return None
-    groups = {s.group for s in found}
-    return ListingWindow(
-        launched_after=min(times),
-        launched_before=max(times),
-        group=groups.pop() if len(groups) == 1 else None,
-    )
+    found = [s for s in given if s is not None]
+    everyone = [s for s in listed if s.launched_at is not None]
+    by_group: dict[str, list[float]] = {}
+    for s in found:
+        by_group.setdefault(s.group, []).append(s.launched_at or 0.0)
+    per_group = [
+        w
+        for group, times in sorted(by_group.items())
+        # InstanceGroupNameContains: a group whose name holds this one's is listed too.
+        for w in _split(sorted(times), sorted(s.launched_at or 0.0 for s in everyone if group in s.group), group)
+    ]
+    across = _split(sorted(s.launched_at or 0.0 for s in found), sorted(s.launched_at or 0.0 for s in everyone), None)
+    if len(by_group) == 1:
+        return per_group
+    candidates = [ws for ws in (across, per_group) if len(ws) <= MAX_WINDOWS]  # `across` always is
+    return min(candidates, key=lambda ws: (_cost(ws, everyone), len(ws)))
+
+
+def _pages(times: list[float], lo: float, hi: float) -> int:
+    """Pages of a listing of the nodes launched within [lo, hi] (the adapter widens it by a second each side)."""
+    return max(1, math.ceil((bisect.bisect_right(times, hi + 1) - bisect.bisect_left(times, lo - 1)) / PAGE_SIZE))
+
+
+def _split(members: list[float], listed: list[float], group: str | None) -> list[ListingWindow]:
+    """Sorted member launch times into windows, split where two listings cost fewer pages than one."""
+    windows: list[ListingWindow] = []
+    spans = [(0, len(members) - 1)]
+    while spans:
+        i, j = spans.pop()
+        whole = _pages(listed, members[i], members[j])
+        best, at = whole, None
+        if len(windows) + len(spans) + 2 <= MAX_WINDOWS:
+            for k in range(i, j):
+                if members[k + 1] - members[k] < 2:
+                    continue  # launched together: one window
+                cost = _pages(listed, members[i], members[k]) + _pages(listed, members[k + 1], members[j])
+                if cost < best:
+                    best, at = cost, k
+        if at is None:
+            windows.append(ListingWindow(launched_after=members[i], launched_before=members[j], group=group))
+        else:
+            spans += [(i, at), (at + 1, j)]
+    return sorted(windows, key=lambda w: w.launched_after)
+
+
+def _cost(windows: list[ListingWindow], listed: list[NodeSnapshot]) -> int:
+    total = 0
+    for w in windows:
+        times = sorted(s.launched_at or 0.0 for s in listed if w.group is None or w.group in s.group)
+        total += _pages(times, w.launched_after, w.launched_before)
+    return total
 
 
 class RoundState(BaseModel):
@@ -90,11 +148,15 @@ class RoundState(BaseModel):
     started_at: float | None = None
     wait_s: int = 0
     polls: int = 0
-    window: ListingWindow | None = None  # where the members are listed; None: list the whole cluster
+    windows: list[ListingWindow] | None = None  # where the members are listed; None: list the whole cluster
     observed_at: float | None = None  # the last time a step observed the whole cluster
     # When nodes another round left settling have their result lines due: a poll then looks at the whole cluster.
     judge_at: float | None = None
     operations_at: float | None = None  # the last time a poll asked ListClusterOperations
+    listed_at: float | None = None  # the last time a poll listed the members (or the whole cluster)
+    lines_from: float | None = None  # where the members' result lines begin (epoch s, skew allowed)
+    lines_seen: int | None = None  # result-log events from `lines_from` on, counted just before that listing
+    members_due_at: float | None = None  # when the next member seen out of its check has its lines settled
     acting: int = 0  # nodes being recovered at the last whole look (`acting_on`): the polls look at them too
     done: bool = False
     error: dict[str, Any] | None = None  # set by the workflow's Catch before "Abandon round"
@@ -287,6 +349,26 @@ def settling_elsewhere(
     return min(due, default=None)
 
 
+def members_due_at(members: Sequence[NodeRecord], groups: dict[str, GroupContext], now: float) -> float | None:
+    """When the next member found out of its check has its lines settled (`settled`), after `now`; None: none
+    will (a member already settled and still waiting has late lines: new lines or MEMBERS_LIST_S bring it)."""
+    due = [
+        r.check_left_at + groups[r.group].settle_s for r in members if r.check_left_at is not None and r.group in groups
+    ]
+    return min((t for t in due if t > now), default=None)
+
+
+def members_listing_due(state: RoundState, lines: int | None, now: float) -> bool:
+    """Whether a poll between whole looks lists the round's members: not while nothing can have moved. A member
+    leaves its check writing result lines (`lines`, the events counted from `state.lines_from`, changed since the
+    last listing), or its lines settle (`members_due_at`); else at most every MEMBERS_LIST_S, for one that leaves
+    silently. Only when a poll lists is a node found out of its check or judged: skipping changes no verdict."""
+    if state.listed_at is None or lines is None or lines != state.lines_seen:
+        return True
+    due = state.members_due_at is not None and now >= state.members_due_at
+    return due or now - state.listed_at >= MEMBERS_LIST_S
+
+
 def whole_look_due(observed_at: float | None, changed_at: float | None, acting: bool, now: float) -> bool:
     """Whether a live round's poll looks at the whole cluster rather than only its members: nothing outside them
     can have changed unless an event said so (`changed_at`) or a node outside them is being recovered (`acting`:
@@ -340,15 +422,16 @@ def next_look(
     judge_at: float | None,
 ) -> int:
     """Seconds until a live round's next poll: the adaptive spacing (`next_wait`); once every member is out of the
-    check, not before the first one's lines have settled (nothing can change a verdict sooner); and cut short
-    for an earlier round's nodes due first (`wake_for`)."""
+    check, not before the first one's lines have settled (nothing can change a verdict sooner); cut short to
+    judge a member the moment its lines settle (`members_due_at`), and for an earlier round's nodes due first
+    (`wake_for`)."""
     wait = next_wait(
         started_at, now, expected_s, poll_interval(groups), awaiting_start=any(not r.seen_in_progress for r in members)
     )
-    left = [r.check_left_at for r in members if r.check_left_at is not None]
-    if left and len(left) == len(members):
-        settle = min(groups[r.group].settle_s for r in members if r.group in groups)
-        wait = max(wait, math.ceil(min(left) + settle - now))
+    due = members_due_at(members, groups, now)
+    if due is not None:
+        everyone_out = all(r.check_left_at is not None for r in members)
+        wait = max(wait, math.ceil(due - now)) if everyone_out else min(wait, math.ceil(due - now))
     return wake_for(wait, judge_at, now)
 
 

@@ -78,13 +78,13 @@ def adopted_on_first_look(
 
 
 def observe_members(
-    ctx: Context, cluster: str, round_id: str, window: ListingWindow, ask_operations: bool = True
+    ctx: Context, cluster: str, round_id: str, windows: list[ListingWindow], ask_operations: bool = True
 ) -> ClusterView:
-    """A poll's cheap look: list only the round's launch-time window, read only the nodes listed, and fold
-    what the round's members show. A member missing from the window (replaced mid-check: a new launch
-    time) waits for the next look at the whole cluster."""
+    """A poll's cheap look: list only the round's launch-time windows, read only the nodes listed, and fold
+    what the round's members show. A member missing from them (replaced mid-check: a new launch time) waits for
+    the next look at the whole cluster."""
     view = ctx.view(cluster, load_records=False)
-    listed = {s.key: s for s in ctx.hyperpod.list_nodes(cluster, window) if s.key}
+    listed = {s.key: s for window in windows for s in ctx.hyperpod.list_nodes(cluster, window) if s.key}
     view.records = {
         k: r
         for k, r in ctx.table.load_nodes(cluster, listed).items()

@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import math
+
 from hyperpod_dhc.deephealth.domain.errors import ClusterNotFound
 from hyperpod_dhc.deephealth.domain.rounds import (
+    MEMBERS_LIST_S,
     RoundState,
     acting_on,
     build_check_request,
     check_over,
     expected_check_s,
-    listing_window,
+    listing_windows,
+    members_due_at,
+    members_listing_due,
     next_look,
     operations_look_due,
     settling_elsewhere,
+    wake_for,
     whole_look_due,
 )
+from hyperpod_dhc.deephealth.evidence.attribute import SKEW_MAX_S
 from hyperpod_dhc.deephealth.usecases.context import Context
 from hyperpod_dhc.deephealth.usecases.observe_cluster import (
     close_cluster,
@@ -31,13 +38,16 @@ def poll_check(ctx: Context, state: RoundState) -> RoundState:
     to look again. The round ends only after a look at the whole cluster has found no member left in the check."""
     now, meta = ctx.renewed(state)
     observed_at = state.observed_at
-    full = state.window is None or whole_look_due(observed_at, meta.changed_at, state.acting > 0, now)
+    full = state.windows is None or whole_look_due(observed_at, meta.changed_at, state.acting > 0, now)
     # Nodes an earlier round left settling (below): their lines are due now, and only a whole look judges them.
     full = full or (state.judge_at is not None and now >= state.judge_at)
     ask = operations_look_due(state.operations_at, now)
     try:
+        lines = _count_lines(ctx, state)
+        if not full and not members_listing_due(state, lines, now):
+            return _quiet_poll(state, now)
         if not full:
-            view = observe_members(ctx, state.cluster, state.round_id, state.window, ask)  # type: ignore[arg-type]
+            view = observe_members(ctx, state.cluster, state.round_id, state.windows, ask)  # type: ignore[arg-type]
             # It looks finished, or its check just ended (once): confirm on the whole cluster.
             members = view.members(state.round_id)
             left = [r.check_left_at for r in members if r.check_left_at is not None]
@@ -50,10 +60,14 @@ def poll_check(ctx: Context, state: RoundState) -> RoundState:
     except ClusterNotFound:
         close_cluster(ctx, state.cluster, "cluster deleted during the round", state.round_id)
         return state.model_copy(update={"done": True, "wait_s": 0, "recovery_due": 0})
-    window = state.window
-    if full and watch_on_start_checks(ctx, view, state.round_id, state.round_seq):
+    windows = state.windows
+    if full:
         # Nodes that began HyperPod's on-start check since: this round's polls judge them too.
-        window = listing_window(view.snapshots.get(r.key) for r in view.members(state.round_id))
+        watch_on_start_checks(ctx, view, state.round_id, state.round_seq)
+        # Where the members are now (a member replaced mid-check has a new launch time), in the fewest pages; as
+        # before while one has no launch time (provisioning).
+        members = view.members(state.round_id)
+        windows = listing_windows((view.snapshots.get(r.key) for r in members), view.snapshots.values()) or windows
     members = view.members(state.round_id)
     polls = state.polls + 1
     handed_on = full and check_over(members, view.records.values()) and ctx.progress(view) is not None
@@ -65,19 +79,48 @@ def poll_check(ctx: Context, state: RoundState) -> RoundState:
         if done
         else next_look(members, view.groups, state.started_at or now, now, expected_check_s(configs), judge_at)
     )
+    started = [r.check_started_at for r in members if r.check_started_at is not None]
     return state.model_copy(
         update={
             "done": done,
             "wait_s": wait,
             "polls": polls,
             "observed_at": observed_at,
+            "listed_at": now,
+            "lines_from": min(started) - SKEW_MAX_S if started else None,
+            # Counted from the old edge: a count from a new one is a new number, so the next poll lists again.
+            "lines_seen": lines,
+            "members_due_at": members_due_at(members, view.groups, now),
             "judge_at": judge_at,
             "operations_at": now if view.operations_asked else state.operations_at,
-            "window": window,
+            "windows": windows,
             "acting": acting_on(view.records.values()) if full else state.acting,
             # Due now, among what this look saw: the workflow recovers them at once (Recover decided nodes) rather
             # than at the round's end, so they are back for the next round. Only a look at the whole cluster sees
             # every due node; the round ends on one.
             "recovery_due": len(ctx.due(view)),
+        }
+    )
+
+
+def _count_lines(ctx: Context, state: RoundState) -> int | None:
+    """The result-log events from where the members' lines begin (None: no listing has said where yet)."""
+    if state.lines_from is None:
+        return None
+    return ctx.logs.count_since(ctx.describe(state.cluster).log_group, state.lines_from)
+
+
+def _quiet_poll(state: RoundState, now: float) -> RoundState:
+    """A poll that lists nothing (`members_listing_due`): it waits as the last listing said, no later than the
+    next listing that falls due by time."""
+    until = [state.listed_at + MEMBERS_LIST_S - now] if state.listed_at is not None else []
+    if state.members_due_at is not None:
+        until.append(state.members_due_at - now)
+    wait = min([float(state.wait_s), *until])
+    return state.model_copy(
+        update={
+            "polls": state.polls + 1,
+            "wait_s": wake_for(max(1, math.ceil(wait)), state.judge_at, now),
+            "recovery_due": 0,
         }
     )

@@ -11,7 +11,7 @@ from hyperpod_dhc.deephealth.domain.rounds import (
     acting_on,
     build_check_request,
     expected_check_s,
-    listing_window,
+    listing_windows,
     next_wait,
     poll_interval,
     split_dry_run,
@@ -111,13 +111,13 @@ def start_check(ctx: Context, state: RoundState) -> RoundState:
         if configs
         else 0
     )
-    window = listing_window(snapshots.get(r.key) for r in checked + watched)
+    windows = listing_windows((snapshots.get(r.key) for r in checked + watched), snapshots.values())
     return state.model_copy(
         update={
             "started_at": started,
             "wait_s": wait,
             "done": not configs,
-            "window": window,
+            "windows": windows,
             "observed_at": now,
             "acting": acting_on(view.records.values()),
         }
