@@ -50,4 +50,9 @@ def test_the_bridge_tests_pass_on_the_oldest_supported_python():
 
 
 def tail(output: str) -> str:
-    return "\n".join(output.splitlines()[-TAIL_LINES:])
+    """The child's failures section (its tracebacks), then its last lines: a logging error printed after the
+    failure must not push the failure itself out of sight."""
+    lines = output.splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith("=") and " FAILURES " in line), None)
+    failures = lines[start : start + 4 * TAIL_LINES] if start is not None else []
+    return "\n".join([*failures, *(["..."] if failures else []), *lines[-TAIL_LINES:]])
