@@ -16,7 +16,7 @@ from hyperpod_dhc.deephealth.domain.rounds import (
     RoundState,
     lines_due,
     members_due_at,
-    members_listing_due,
+    members_look,
     next_look,
     poll_interval,
     settled,
@@ -120,14 +120,20 @@ def listed(at=1000.0, lines=7, due=None) -> RoundState:
 
 
 def test_a_poll_lists_the_members_only_when_something_says_one_moved():
-    assert not members_listing_due(listed(), 7, 1060.0)  # nothing new: no listing
-    assert members_listing_due(listed(), 8, 1060.0)  # new result lines: a member may have left its check
-    assert members_listing_due(listed(), 6, 1060.0)  # fewer (retention): any change lists
-    assert members_listing_due(listed(due=1050.0), 7, 1050.0)  # a member's lines settled: judge it
-    assert not members_listing_due(listed(due=1050.0), 7, 1049.0)
-    assert members_listing_due(listed(), 7, 1000.0 + MEMBERS_LIST_S)  # one that leaves silently is still found
-    assert members_listing_due(listed(at=None), 7, 1060.0)  # never listed
-    assert members_listing_due(listed(), None, 1060.0)  # lines not counted: list
+    assert members_look(listed(), 7, None, 1060.0) == "none"  # nothing new: no listing
+    assert members_look(listed(), 8, None, 1060.0) == "list"  # new result lines: a member may have left its check
+    assert members_look(listed(), 6, None, 1060.0) == "list"  # fewer (retention): any change lists
+    assert members_look(listed(), 7, None, 1000.0 + MEMBERS_LIST_S) == "list"  # one that leaves silently is found
+    assert members_look(listed(at=None), 7, None, 1060.0) == "list"  # never listed
+    assert members_look(listed(), None, None, 1060.0) == "list"  # lines not counted: list
+
+
+def test_a_member_whose_lines_settle_is_judged_without_a_listing_unless_something_moved_since():
+    assert members_look(listed(due=1050.0), 7, None, 1049.0) == "none"
+    assert members_look(listed(due=1050.0), 7, None, 1050.0) == "judge"
+    assert members_look(listed(due=1050.0), 7, 990.0, 1050.0) == "judge"  # the event came before that listing
+    assert members_look(listed(due=1050.0), 7, 1000.0, 1050.0) == "list"  # an event since: its status may have moved
+    assert members_look(listed(due=1050.0), 8, None, 1050.0) == "list"  # new lines: list, and judge on that
 
 
 @given(
@@ -173,7 +179,7 @@ def test_a_round_watches_the_on_start_checks_no_live_round_watches():
 
 
 def test_listing_windows_need_every_member_listed():
-    from hyperpod_dhc.deephealth.domain.rounds import listing_windows
+    from hyperpod_dhc.deephealth.domain.listing_windows import listing_windows
 
     launched = snap().model_copy(update={"launched_at": 10.0})
     later = launched.model_copy(update={"launched_at": 20.0})

@@ -1,5 +1,6 @@
 import pytest
 
+from hyperpod_dhc.deephealth.domain.listing_windows import listing_windows
 from hyperpod_dhc.deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState
 from hyperpod_dhc.deephealth.domain.policy import GroupContext, GroupPolicy, Mode
 from hyperpod_dhc.deephealth.domain.rounds import (
@@ -14,7 +15,6 @@ from hyperpod_dhc.deephealth.domain.rounds import (
     claimable,
     gather_delay,
     group_checks,
-    listing_windows,
     next_wait,
     round_name,
     select_for_round,

@@ -12,8 +12,9 @@ from typing import Any, NoReturn
 
 from hyperpod_dhc.deephealth.adapters import aws
 from hyperpod_dhc.deephealth.domain.errors import CheckRefused, ClusterBusy, ClusterNotFound, Throttled, TransientError
+from hyperpod_dhc.deephealth.domain.listing_windows import ListingWindow
 from hyperpod_dhc.deephealth.domain.nodes import Action, NodeSnapshot
-from hyperpod_dhc.deephealth.domain.rounds import MAX_NODES_PER_ACTION_CALL, CheckConfiguration, ListingWindow, chunks
+from hyperpod_dhc.deephealth.domain.rounds import MAX_NODES_PER_ACTION_CALL, CheckConfiguration, chunks
 from hyperpod_dhc.deephealth.observability import MetricUnit, metrics
 
 NOT_FOUND_CODES = frozenset({"ResourceNotFound", "ResourceNotFoundException"})

@@ -36,8 +36,8 @@ class ResultLogs:
     @aws.translated
     def count_since(self, log_group: str, since_s: float) -> int:
         """How many result-stream events are timestamped at or after `since_s` (a round's polls list its members
-        when this moves: the lines are not read, only counted)."""
-        return len(self._events(log_group, since_s))
+        when this moves: the lines are not read or parsed, only counted)."""
+        return sum(1 for _ in self._raw(log_group, since_s))
 
     @aws.translated
     def failure_events(self, log_group: str, since_s: float) -> tuple[Event, ...]:
@@ -45,6 +45,10 @@ class ResultLogs:
         return self._events(log_group, since_s, FAILURE_FILTER)
 
     def _events(self, log_group: str, since_s: float, pattern: str | None = None) -> tuple[Event, ...]:
+        return tuple(e for raw in self._raw(log_group, since_s, pattern) if (e := Event.of(raw)) is not None)
+
+    def _raw(self, log_group: str, since_s: float, pattern: str | None = None) -> list[dict[str, Any]]:
+        """The events of one paginated FilterLogEvents query, as CloudWatch Logs returns them."""
         query: dict[str, Any] = {
             "logGroupName": log_group,
             "logStreamNamePrefix": STREAM_PREFIX,
@@ -52,15 +56,10 @@ class ResultLogs:
         }
         if pattern is not None:
             query["filterPattern"] = pattern
-        events: list[Event] = []
         try:
-            for page in self.logs.get_paginator("filter_log_events").paginate(**query):
-                for raw in page.get("events", []):
-                    event = Event.of(raw)
-                    if event is not None:
-                        events.append(event)
+            return [raw for page in self.logs.get_paginator("filter_log_events").paginate(**query)
+                    for raw in page.get("events", [])]  # fmt: skip
         except aws.ClientError as err:
             if err.response["Error"]["Code"] == "ResourceNotFoundException":
-                return ()  # no log group yet: nothing has been logged
+                return []  # no log group yet: nothing has been logged
             raise
-        return tuple(events)

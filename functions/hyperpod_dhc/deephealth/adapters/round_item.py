@@ -59,21 +59,13 @@ class RoundItem:
     @aws.translated
     def note_change(self, cluster: str, now: float) -> None:
         """An event said a node of the cluster changed: a live round's next poll looks at the whole cluster."""
-        self.t.update_item(
-            Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
-            UpdateExpression="SET changed_at = :t",
-            ExpressionAttributeValues={":t": math.ceil(now)},  # whole seconds, rounded up: never before the event
-        )
+        self._stamp(cluster, "changed_at", now)
 
     @aws.translated
     def note_arrival(self, cluster: str, now: float) -> None:
         """A readiness event found the last look for arrivals too recent to take its own: Reconcile's next pass
         takes one 5 minutes after that look (usecases/record_arrivals)."""
-        self.t.update_item(
-            Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
-            UpdateExpression="SET arrival_noted_at = :t",
-            ExpressionAttributeValues={":t": math.ceil(now)},
-        )
+        self._stamp(cluster, "arrival_noted_at", now)
 
     @aws.translated
     def claim_arrivals_look(self, cluster: str, now: float, gap_s: float) -> float | None:
@@ -123,6 +115,14 @@ class RoundItem:
         """Advance past round `seq` whose execution ended without releasing (stopped, timed out)."""
         update = "SET seq = :next REMOVE holder, lease_expires_at, check_requested"
         return self._update_round(cluster, update, _seq_is(seq), {":next": seq + 1})
+
+    def _stamp(self, cluster: str, attribute: str, now: float) -> None:
+        """Set `attribute` to `now` in whole seconds, rounded up: never before the event it stands for."""
+        self.t.update_item(
+            Key={"pk": cluster_pk(cluster), "sk": ROUND_SK},
+            UpdateExpression=f"SET {attribute} = :t",
+            ExpressionAttributeValues={":t": math.ceil(now)},
+        )
 
     def _update_round(self, cluster: str, update: str, condition: Any, values: dict[str, Any]) -> bool:
         """One conditional write of the round item; False when the condition does not hold."""

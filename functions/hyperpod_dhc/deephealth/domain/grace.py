@@ -13,8 +13,8 @@ from hyperpod_dhc.deephealth.domain.nodes import (
     Action,
     Decision,
     NodeRecord,
-    NodeSnapshot,
     NodeState,
+    last_seen,
     recheck,
     transition,
     with_action,
@@ -59,12 +59,9 @@ def after_grace(
     (None when the ladder has no step left: `recovery.due_action` settles the node)."""
     if acted is not None:
         reason = f"HyperPod acted on the node during its grace: {acted[:300]}"
-        snapshot = NodeSnapshot(
-            group=record.group, instance_id=record.instance_id, logical_id=record.logical_id, status=record.status or ""
-        )
         return recheck(
             record,
-            snapshot,
+            last_seen(record),
             now,
             reason,
             trigger,

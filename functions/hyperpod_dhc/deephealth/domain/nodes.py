@@ -316,6 +316,18 @@ def short_hostname(hostname: str | None) -> str | None:
     return hostname.split(".", 1)[0] if hostname else None
 
 
+def last_seen(record: NodeRecord) -> NodeSnapshot:
+    """The node as the last look that listed it saw it (what its record says)."""
+    return NodeSnapshot(
+        group=record.group,
+        instance_id=record.instance_id,
+        logical_id=record.logical_id,
+        status=record.status or "",
+        instance_type=record.instance_type,
+        hostname=record.hostname,
+    )
+
+
 def instance_replaced(record: NodeRecord, snapshot: NodeSnapshot) -> bool:
     """The node is listed with another instance than the record's: the logical id got new hardware."""
     return bool(snapshot.instance_id and record.instance_id and snapshot.instance_id != record.instance_id)

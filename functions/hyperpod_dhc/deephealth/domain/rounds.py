@@ -4,7 +4,6 @@ poll next. One round per cluster at a time, because HyperPod allows one active o
 
 from __future__ import annotations
 
-import bisect
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -12,6 +11,7 @@ from typing import Any, Literal, TypedDict, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict
 
+from hyperpod_dhc.deephealth.domain.listing_windows import ListingWindow
 from hyperpod_dhc.deephealth.domain.nodes import IN_PROGRESS, NodeRecord, NodeSnapshot, NodeState, round_seq_of
 from hyperpod_dhc.deephealth.domain.policy import GroupContext
 
@@ -33,8 +33,8 @@ LEASE_TTL_S = 6 * 3600  # renewed on every step; a dead round's lease frees itse
 # when an event said a node changed since its last whole look, at most this often...
 FULL_OBSERVE_S = 300
 # ...and at least this often whatever the events say (one can be lost; Reconcile leaves a live round's cluster
-# to its polls).
-QUIET_OBSERVE_S = 900
+# to its polls): twice as often as a resting cluster is listed whole (quiet_sweep.WHOLE_SWEEP_S).
+QUIET_OBSERVE_S = 1800
 # HyperPod waits up to 10 minutes for a running job before it skips a node; allow for our poll spacing.
 SKIP_GRACE_S = 15 * 60
 # A node whose lines were due but are not all there yet is looked at again this often by another round's polls.
@@ -43,94 +43,17 @@ DEFAULT_POLL_S = 60  # a cluster whose groups are unknown (none described) is po
 # A round's polls ask HyperPod whether its check operation still runs at most this often: the answer only moves a
 # node that stays in DeepHealthCheckInProgress past its checks' time (isolated?) or was never seen in it
 # (skipped?), and a failure line judges the first kind without it.
-OPERATIONS_LOOK_S = 300
+OPERATIONS_LOOK_S = 600
 # Between whole looks, a poll lists the round's members only when something says one of them moved: new result
-# lines in the cluster's log (a node writes them as it leaves its check), a member's lines settled, or this long
-# since the last listing (a node that leaves its check silently, or whose lines are slow).
-MEMBERS_LIST_S = 300
+# lines in the cluster's log (a node writes them as it leaves its check), or this long since the last listing (a
+# node that leaves its check silently, or whose lines are slow).
+MEMBERS_LIST_S = 600
 
 # The check round's steps in workflow order: each is one Lambda (its construct id), handler module and ASL Task.
 RoundStep = Literal["ClaimRound", "StartCheck", "PollCheck", "RecoverNodes", "FinishRound"]
 ROUND_STEPS: tuple[RoundStep, ...] = get_args(RoundStep)
 
 T = TypeVar("T")
-
-
-class ListingWindow(BaseModel):
-    """Where a round's members are in ListClusterNodes: launched between these times (epoch s), of `group`."""
-
-    launched_after: float
-    launched_before: float
-    group: str | None = None  # set when every member is of one instance group
-
-
-# ListClusterNodes' largest page, which the adapter asks for: what a listing of n nodes costs in calls.
-PAGE_SIZE = 100
-# A round's members are listed in at most this many windows (each at least one call).
-MAX_WINDOWS = 8
-
-
-def listing_windows(
-    members: Iterable[NodeSnapshot | None], listed: Iterable[NodeSnapshot]
-) -> list[ListingWindow] | None:
-    """The launch-time windows that hold these members in the fewest ListClusterNodes pages, counted on `listed`
-    (a whole listing): one member launched long before the others (a node checked again) must not make every
-    poll list all the nodes launched in between. Per group (the group filter leaves the other groups' nodes out)
-    or across groups, whichever costs fewer pages; None when a member has no launch time or is not listed."""
-    given = list(members)
-    if not given or any(s is None or s.launched_at is None for s in given):
-        return None
-    found = [s for s in given if s is not None]
-    everyone = [s for s in listed if s.launched_at is not None]
-    by_group: dict[str, list[float]] = {}
-    for s in found:
-        by_group.setdefault(s.group, []).append(s.launched_at or 0.0)
-    per_group = [
-        w
-        for group, times in sorted(by_group.items())
-        # InstanceGroupNameContains: a group whose name holds this one's is listed too.
-        for w in _split(sorted(times), sorted(s.launched_at or 0.0 for s in everyone if group in s.group), group)
-    ]
-    across = _split(sorted(s.launched_at or 0.0 for s in found), sorted(s.launched_at or 0.0 for s in everyone), None)
-    if len(by_group) == 1:
-        return per_group
-    candidates = [ws for ws in (across, per_group) if len(ws) <= MAX_WINDOWS]  # `across` always is
-    return min(candidates, key=lambda ws: (_cost(ws, everyone), len(ws)))
-
-
-def _pages(times: list[float], lo: float, hi: float) -> int:
-    """Pages of a listing of the nodes launched within [lo, hi] (the adapter widens it by a second each side)."""
-    return max(1, math.ceil((bisect.bisect_right(times, hi + 1) - bisect.bisect_left(times, lo - 1)) / PAGE_SIZE))
-
-
-def _split(members: list[float], listed: list[float], group: str | None) -> list[ListingWindow]:
-    """Sorted member launch times into windows, split where two listings cost fewer pages than one."""
-    windows: list[ListingWindow] = []
-    spans = [(0, len(members) - 1)]
-    while spans:
-        i, j = spans.pop()
-        whole = _pages(listed, members[i], members[j])
-        best, at = whole, None
-        if len(windows) + len(spans) + 2 <= MAX_WINDOWS:
-            for k in range(i, j):
-                if members[k + 1] - members[k] < 2:
-                    continue  # launched together: one window
-                cost = _pages(listed, members[i], members[k]) + _pages(listed, members[k + 1], members[j])
-                if cost < best:
-                    best, at = cost, k
-        if at is None:
-            windows.append(ListingWindow(launched_after=members[i], launched_before=members[j], group=group))
-        else:
-            spans += [(i, at), (at + 1, j)]
-    return sorted(windows, key=lambda w: w.launched_after)
-
-
-def _cost(windows: list[ListingWindow], listed: list[NodeSnapshot]) -> int:
-    total = 0
-    for w in windows:
-        times = sorted(s.launched_at or 0.0 for s in listed if w.group is None or w.group in s.group)
-        total += _pages(times, w.launched_after, w.launched_before)
-    return total
 
 
 class RoundState(BaseModel):
@@ -358,15 +281,23 @@ def members_due_at(members: Sequence[NodeRecord], groups: dict[str, GroupContext
     return min((t for t in due if t > now), default=None)
 
 
-def members_listing_due(state: RoundState, lines: int | None, now: float) -> bool:
-    """Whether a poll between whole looks lists the round's members: not while nothing can have moved. A member
-    leaves its check writing result lines (`lines`, the events counted from `state.lines_from`, changed since the
-    last listing), or its lines settle (`members_due_at`); else at most every MEMBERS_LIST_S, for one that leaves
-    silently. Only when a poll lists is a node found out of its check or judged: skipping changes no verdict."""
+MembersLook = Literal["list", "judge", "none"]
+
+
+def members_look(state: RoundState, lines: int | None, changed_at: float | None, now: float) -> MembersLook:
+    """What a poll between whole looks does about the round's members: not list them while nothing can have moved.
+    A member leaves its check writing result lines (`lines`, the events counted from `state.lines_from`, changed
+    since the last listing): "list". Its lines settle (`members_due_at`): "judge" it, on the status the listing
+    that found it out of its check showed, when nothing said anything moved since (no new lines, no event:
+    `changed_at`), or "list" if something did. MEMBERS_LIST_S after the last listing, for one that leaves
+    silently: "list". Only a listing finds a node out of its check: judging changes no other."""
     if state.listed_at is None or lines is None or lines != state.lines_seen:
-        return True
-    due = state.members_due_at is not None and now >= state.members_due_at
-    return due or now - state.listed_at >= MEMBERS_LIST_S
+        return "list"
+    if now - state.listed_at >= MEMBERS_LIST_S:
+        return "list"
+    if state.members_due_at is None or now < state.members_due_at:
+        return "none"
+    return "list" if changed_at is not None and changed_at >= state.listed_at else "judge"
 
 
 def whole_look_due(observed_at: float | None, changed_at: float | None, acting: bool, now: float) -> bool:

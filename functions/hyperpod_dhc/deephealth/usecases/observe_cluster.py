@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from hyperpod_dhc.deephealth.adapters.hyperpod import ActiveCheck
 from hyperpod_dhc.deephealth.domain.late_evidence import revisiting, scanned
+from hyperpod_dhc.deephealth.domain.listing_windows import ListingWindow
 from hyperpod_dhc.deephealth.domain.nodes import (
     IN_PROGRESS,
     RUNNING,
@@ -15,11 +16,12 @@ from hyperpod_dhc.deephealth.domain.nodes import (
     NodeRecord,
     NodeSnapshot,
     NodeState,
+    last_seen,
     round_seq_of,
 )
 from hyperpod_dhc.deephealth.domain.observe import Observation, checked_for, close_out, observe
 from hyperpod_dhc.deephealth.domain.result_log import ResultLog, failures_from, previous_verdict_at
-from hyperpod_dhc.deephealth.domain.rounds import SKIP_GRACE_S, ListingWindow, expected_for, lines_due, watchable
+from hyperpod_dhc.deephealth.domain.rounds import SKIP_GRACE_S, expected_for, lines_due, watchable
 from hyperpod_dhc.deephealth.domain.slurm import ADOPT_AFTER_S
 from hyperpod_dhc.deephealth.evidence.attribute import SKEW_MAX_S
 from hyperpod_dhc.deephealth.evidence.records import Event
@@ -99,6 +101,28 @@ def observe_members(
     changes = fold(ctx, cluster, view, members, round_id, round_seq_of(round_id), ask_operations)
     for saved in save_and_announce(ctx, changes):
         view.records[saved.key] = saved
+    return view
+
+
+def judge_members(ctx: Context, cluster: str, round_id: str, ask_operations: bool = True) -> ClusterView:
+    """A poll's look without a listing: judge the round's members whose lines have settled, on the status the
+    listing that found them out of their check showed (`rounds.members_look` says when nothing can have moved
+    since). The view holds every member."""
+    view = ctx.view(cluster, load_records=False)
+    everyone = {
+        k: r for k, r in ctx.table.load_cluster(cluster).items() if r.cluster_id in (None, view.info.cluster_id)
+    }
+    members = {k: r for k, r in everyone.items() if r.state == NodeState.CHECKING and r.round_id == round_id}
+    now = ctx.clock()
+    view.records = {
+        k: r for k, r in members.items() if r.check_left_at is not None and lines_due_in(r, None, view, now)
+    }
+    view.everyone, view.complete = everyone, False
+    changes = fold(ctx, cluster, view, {k: last_seen(r) for k, r in view.records.items()}, round_id,
+                   round_seq_of(round_id), ask_operations)  # fmt: skip
+    for saved in save_and_announce(ctx, changes):
+        members[saved.key] = saved
+    view.records = members
     return view
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 from hyperpod_dhc.deephealth.domain.errors import ClusterNotFound
+from hyperpod_dhc.deephealth.domain.listing_windows import listing_windows
 from hyperpod_dhc.deephealth.domain.rounds import (
     MEMBERS_LIST_S,
     RoundState,
@@ -12,9 +13,8 @@ from hyperpod_dhc.deephealth.domain.rounds import (
     build_check_request,
     check_over,
     expected_check_s,
-    listing_windows,
     members_due_at,
-    members_listing_due,
+    members_look,
     next_look,
     operations_look_due,
     settling_elsewhere,
@@ -25,6 +25,7 @@ from hyperpod_dhc.deephealth.evidence.attribute import SKEW_MAX_S
 from hyperpod_dhc.deephealth.usecases.context import Context
 from hyperpod_dhc.deephealth.usecases.observe_cluster import (
     close_cluster,
+    judge_members,
     observe_cluster,
     observe_members,
     watch_on_start_checks,
@@ -42,11 +43,15 @@ def poll_check(ctx: Context, state: RoundState) -> RoundState:
     # Nodes an earlier round left settling (below): their lines are due now, and only a whole look judges them.
     full = full or (state.judge_at is not None and now >= state.judge_at)
     ask = operations_look_due(state.operations_at, now)
+    listed = True
     try:
         lines = _count_lines(ctx, state)
-        if not full and not members_listing_due(state, lines, now):
+        look = "list" if full else members_look(state, lines, meta.changed_at, now)
+        if look == "none":
             return _quiet_poll(state, now)
-        if not full:
+        if look == "judge":
+            view, listed = judge_members(ctx, state.cluster, state.round_id, ask), False
+        elif not full:
             view = observe_members(ctx, state.cluster, state.round_id, state.windows, ask)  # type: ignore[arg-type]
             # It looks finished, or its check just ended (once): confirm on the whole cluster.
             members = view.members(state.round_id)
@@ -86,7 +91,7 @@ def poll_check(ctx: Context, state: RoundState) -> RoundState:
             "wait_s": wait,
             "polls": polls,
             "observed_at": observed_at,
-            "listed_at": now,
+            "listed_at": now if listed else state.listed_at,
             "lines_from": min(started) - SKEW_MAX_S if started else None,
             # Counted from the old edge: a count from a new one is a new number, so the next poll lists again.
             "lines_seen": lines,
@@ -111,7 +116,7 @@ def _count_lines(ctx: Context, state: RoundState) -> int | None:
 
 
 def _quiet_poll(state: RoundState, now: float) -> RoundState:
-    """A poll that lists nothing (`members_listing_due`): it waits as the last listing said, no later than the
+    """A poll that lists nothing (`members_look`): it waits as the last listing said, no later than the
     next listing that falls due by time."""
     until = [state.listed_at + MEMBERS_LIST_S - now] if state.listed_at is not None else []
     if state.members_due_at is not None:

@@ -4,6 +4,7 @@ per round), and hand the others back to the queue."""
 from __future__ import annotations
 
 from hyperpod_dhc.deephealth.domain.errors import CheckRefused, ClusterBusy, Throttled
+from hyperpod_dhc.deephealth.domain.listing_windows import listing_windows
 from hyperpod_dhc.deephealth.domain.nodes import IN_PROGRESS, RUNNING, NodeRecord, NodeState, Verdict, transition
 from hyperpod_dhc.deephealth.domain.recovery import apply_verdict
 from hyperpod_dhc.deephealth.domain.rounds import (
@@ -11,7 +12,6 @@ from hyperpod_dhc.deephealth.domain.rounds import (
     acting_on,
     build_check_request,
     expected_check_s,
-    listing_windows,
     next_wait,
     poll_interval,
     split_dry_run,
