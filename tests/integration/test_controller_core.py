@@ -7,6 +7,7 @@ import pytest
 from hyperpod_dhc.deephealth.domain.nodes import FINAL_STATES, NodeState, Verdict
 from hyperpod_dhc.deephealth.domain.rounds import EXPECTED_CHECK_S, MEMBERS_LIST_S
 from tests.fakes.hyperpod import GroupSpec
+from tests.fakes.readings import Readings
 
 RECHECK = {"clusters": ["demo"], "defaults": {"gather_window_s": 120, "recovery": "reboot-then-replace"}}
 
@@ -139,6 +140,22 @@ def test_a_rounds_polls_list_its_members_only_when_the_result_log_moves_and_judg
     assert {r.state for r in records} == {NodeState.PASSED}
     passed_at = [h.at for r in records for h in r.history if h.state == NodeState.PASSED]
     assert any(t not in listings for t in passed_at), "a settled node was judged without listing again"
+
+
+def test_a_rounds_tail_listings_narrow_to_the_members_still_in_their_check(harness, fake):
+    """Eight nodes launched a minute apart, in one round, leave their check at different times (the readings'
+    check-start delay): each listing through the tail covers only the members still in it, so the windows shrink."""
+    fake.create_cluster("demo", [GroupSpec("workers")])
+    fake.readings = Readings(check_start_delay_s=(30.0, 1800.0))
+    for i in range(8):
+        harness.at(fake.clock.now() + 60.0 * i, lambda: fake.add_node("demo", "workers", ready_after_s=60))
+    harness.run_until(lambda: _all_final(harness, "demo", 8), horizon_s=12 * 3600)
+    assert fake.calls["StartClusterHealthCheck"] == 1, "one round"
+    windows = [p for _, op, p in fake.requests if op == "ListClusterNodes" and "CreationTimeBefore" in p]
+    spans = [p["CreationTimeBefore"] - p["CreationTimeAfter"] for p in windows]
+    assert spans[0] >= 6 * 60, "the first listing spans every member's launch"
+    assert spans == sorted(spans, reverse=True) and spans[-1] < spans[0], spans  # e.g. 422 s ... 362, 242
+    assert {r.state for r in harness.records("demo").values()} == {NodeState.PASSED}
 
 
 @pytest.mark.controller_config({"clusters": ["demo"], "defaults": {"gather_window_s": 0}})

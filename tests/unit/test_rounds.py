@@ -1,6 +1,6 @@
 import pytest
 
-from hyperpod_dhc.deephealth.domain.listing_windows import listing_windows
+from hyperpod_dhc.deephealth.domain.listing_windows import listing_windows, narrowed_windows
 from hyperpod_dhc.deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState
 from hyperpod_dhc.deephealth.domain.policy import GroupContext, GroupPolicy, Mode
 from hyperpod_dhc.deephealth.domain.rounds import (
@@ -154,6 +154,40 @@ def test_members_of_two_groups_are_listed_per_group_when_the_group_filter_saves_
 def test_without_every_launch_time_a_round_lists_the_whole_cluster():
     assert listing_windows([_listed("p5", 100.0), _listed("p5", None)], []) is None
     assert listing_windows([], []) is None
+
+
+def _node(i: int, group: str, launched_at: float | None) -> NodeSnapshot:
+    return NodeSnapshot(group=group, instance_id=f"i-{i:017x}", status="Running", launched_at=launched_at)
+
+
+def test_a_rounds_tail_lists_fewer_pages_as_its_members_leave_the_check():
+    """Launched over 10 minutes, 500 members leave their check in launch order: the members still in it are the
+    latest launched, and the next listing narrows to them inside the last windows, never wider."""
+    members = [_node(i, "p5", 1000.0 + i) for i in range(500)]
+    others = [_node(1000 + i, "p5", 1200.5 + i) for i in range(300)]  # not members: launched among them
+    listed = [*members, *others]
+    windows = listing_windows(members, listed)
+    assert _spans(windows) == [(1000.0, 1499.0, "p5")]  # 8 pages
+    still = members[450:]
+    narrowed = narrowed_windows(windows, still, listed)
+    assert _spans(narrowed) == [(1450.0, 1499.0, "p5")]  # 1 page
+    # Members in two windows: each window narrows on its own, and one left empty is dropped.
+    old, new = [_node(2000 + i, "p5", 100.0 + i) for i in range(5)], members[-50:]
+    two = listing_windows([*old, *new], [*old, *listed])
+    assert _spans(two) == [(100.0, 104.0, "p5"), (1450.0, 1499.0, "p5")]
+    assert _spans(narrowed_windows(two, [old[3], *new[-2:]], [*old, *listed])) == [
+        (103.0, 103.0, "p5"), (1498.0, 1499.0, "p5")]  # fmt: skip
+    assert _spans(narrowed_windows(two, new[-2:], [*old, *listed])) == [(1498.0, 1499.0, "p5")]
+
+
+def test_a_tail_listing_keeps_its_windows_when_a_member_is_outside_them_or_unknown():
+    members = [_node(i, "p5", 1000.0 + i) for i in range(10)]
+    windows = listing_windows(members, members)
+    replaced = _node(99, "p5", 5000.0)  # replaced mid-check: a new launch time, outside the windows
+    assert narrowed_windows(windows, [members[0], replaced], members) is None
+    assert narrowed_windows(windows, [members[0], _node(98, "p5", None)], members) is None  # provisioning
+    assert narrowed_windows(windows, [members[0], None], members) is None  # not listed
+    assert narrowed_windows(windows, [], members) is None  # none left in the check: keep the last ones
 
 
 def test_a_round_may_end_once_its_check_is_over_but_not_past_an_isolated_failed_node():

@@ -88,3 +88,38 @@ def _cost(windows: list[ListingWindow], listed: list[NodeSnapshot]) -> int:
         times = sorted(s.launched_at or 0.0 for s in listed if w.group is None or w.group in s.group)
         total += _pages(times, w.launched_after, w.launched_before)
     return total
+
+
+def narrowed_windows(
+    windows: list[ListingWindow], members: Iterable[NodeSnapshot | None], listed: Iterable[NodeSnapshot]
+) -> list[ListingWindow] | None:
+    """`windows` narrowed to these members as a listing of exactly those windows (`listed`) found them: each window
+    split or shrunk around the members in it (its pages counted on what it listed, so never more than it cost), and
+    dropped when none is left in it. None (keep the windows) when a member has no launch time or is in none of them,
+    no member is left, or the result would exceed MAX_WINDOWS."""
+    given = list(members)
+    if not given or any(s is None or s.launched_at is None for s in given):
+        return None
+    found = [s for s in given if s is not None]
+    nodes = list(listed)
+    out: list[ListingWindow] = []
+    placed: set[str] = set()
+    for w in windows:
+        inside = [s for s in found if _within(s, w) and s.key not in placed]
+        if not inside:
+            continue
+        placed |= {s.key for s in inside}
+        narrowed = listing_windows(inside, [s for s in nodes if _within(s, w)])
+        if narrowed is None:
+            return None
+        out += narrowed
+    if len(placed) < len({s.key for s in found}) or len(out) > MAX_WINDOWS:
+        return None
+    return sorted(out, key=lambda w: w.launched_after)
+
+
+def _within(node: NodeSnapshot, window: ListingWindow) -> bool:
+    """Whether a listing of `window` holds the node (the adapter widens it by a second each side)."""
+    at = node.launched_at
+    group_ok = window.group is None or window.group in node.group
+    return at is not None and group_ok and window.launched_after - 1 < at < window.launched_before + 1

@@ -82,47 +82,26 @@ def adopted_on_first_look(
 def observe_members(
     ctx: Context, cluster: str, round_id: str, windows: list[ListingWindow], ask_operations: bool = True
 ) -> ClusterView:
-    """A poll's cheap look: list only the round's launch-time windows, read only the nodes listed, and fold
-    what the round's members show. A member missing from them (replaced mid-check: a new launch time) waits for
-    the next look at the whole cluster."""
+    """A poll's cheap look: list only the round's launch-time windows (those of its members still in the check)
+    and fold what the members listed show; judge a member out of its check whose lines have settled, if the
+    windows leave it out, on the status the listing that found it out showed (`last_seen`); no windows: no
+    listing, only that (`rounds.members_look` "judge"). A member in the check missing from the windows (replaced
+    mid-check: a new launch time) waits for the next look at the whole cluster. The view holds every member."""
     view = ctx.view(cluster, load_records=False)
     listed = {s.key: s for window in windows for s in ctx.hyperpod.list_nodes(cluster, window) if s.key}
-    view.records = {
-        k: r
-        for k, r in ctx.table.load_nodes(cluster, listed).items()
-        if r.state == NodeState.CHECKING and r.round_id == round_id
-    }
-    if any(r.check_left_at is not None and lines_due_in(r, listed.get(k), view, ctx.clock()) for k, r in
-           view.records.items()):  # fmt: skip
-        # Their lines are due: only every record can tell a line of a node nobody knows from an anonymous one.
-        everyone = ctx.table.load_cluster(cluster).items()
-        view.everyone = {k: r for k, r in everyone if r.cluster_id in (None, view.info.cluster_id)}
-    members = {k: listed[k] for k in view.records}
-    changes = fold(ctx, cluster, view, members, round_id, round_seq_of(round_id), ask_operations)
-    for saved in save_and_announce(ctx, changes):
-        view.records[saved.key] = saved
-    return view
-
-
-def judge_members(ctx: Context, cluster: str, round_id: str, ask_operations: bool = True) -> ClusterView:
-    """A poll's look without a listing: judge the round's members whose lines have settled, on the status the
-    listing that found them out of their check showed (`rounds.members_look` says when nothing can have moved
-    since). The view holds every member."""
-    view = ctx.view(cluster, load_records=False)
-    everyone = {
-        k: r for k, r in ctx.table.load_cluster(cluster).items() if r.cluster_id in (None, view.info.cluster_id)
-    }
+    loaded = ctx.table.load_cluster(cluster).items()  # warm: only what was saved since the last load is read
+    everyone = {k: r for k, r in loaded if r.cluster_id in (None, view.info.cluster_id)}
     members = {k: r for k, r in everyone.items() if r.state == NodeState.CHECKING and r.round_id == round_id}
     now = ctx.clock()
-    view.records = {
-        k: r for k, r in members.items() if r.check_left_at is not None and lines_due_in(r, None, view, now)
-    }
-    view.everyone, view.complete = everyone, False
-    changes = fold(ctx, cluster, view, {k: last_seen(r) for k, r in view.records.items()}, round_id,
-                   round_seq_of(round_id), ask_operations)  # fmt: skip
+    settled = {k: last_seen(r) for k, r in members.items()
+               if k not in listed and r.check_left_at and lines_due_in(r, None, view, now)}  # fmt: skip
+    snapshots = {k: listed[k] for k in members if k in listed} | settled
+    view.records = {k: members[k] for k in snapshots}
+    view.everyone, view.complete = everyone, False  # only every record can tell a line of a node nobody knows
+    changes = fold(ctx, cluster, view, snapshots, round_id, round_seq_of(round_id), ask_operations)
     for saved in save_and_announce(ctx, changes):
         members[saved.key] = saved
-    view.records = members
+    view.records, view.snapshots = members, listed
     return view
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from hyperpod_dhc.deephealth.domain.errors import ClusterNotFound
-from hyperpod_dhc.deephealth.domain.listing_windows import listing_windows
+from hyperpod_dhc.deephealth.domain.listing_windows import listing_windows, narrowed_windows
 from hyperpod_dhc.deephealth.domain.rounds import (
     MEMBERS_LIST_S,
     RoundState,
@@ -25,7 +25,6 @@ from hyperpod_dhc.deephealth.evidence.attribute import SKEW_MAX_S
 from hyperpod_dhc.deephealth.usecases.context import Context
 from hyperpod_dhc.deephealth.usecases.observe_cluster import (
     close_cluster,
-    judge_members,
     observe_cluster,
     observe_members,
     watch_on_start_checks,
@@ -49,14 +48,15 @@ def poll_check(ctx: Context, state: RoundState) -> RoundState:
         look = "list" if full else members_look(state, lines, meta.changed_at, now)
         if look == "none":
             return _quiet_poll(state, now)
-        if look == "judge":
-            view, listed = judge_members(ctx, state.cluster, state.round_id, ask), False
-        elif not full:
-            view = observe_members(ctx, state.cluster, state.round_id, state.windows, ask)  # type: ignore[arg-type]
-            # It looks finished, or its check just ended (once): confirm on the whole cluster.
+        if not full:
+            listed = look == "list"
+            view = observe_members(ctx, state.cluster, state.round_id, (state.windows or []) if listed else [], ask)
+            # It looks finished, or its check just ended (once): confirm on the whole cluster. Not after judging
+            # without a listing: the listing that found the last member out did.
             members = view.members(state.round_id)
             left = [r.check_left_at for r in members if r.check_left_at is not None]
-            full = len(left) == len(members) and (not left or observed_at is None or observed_at < max(left))
+            ended = len(left) == len(members) and (not left or observed_at is None or observed_at < max(left))
+            full = listed and ended
         if full:
             view = observe_cluster(
                 ctx, state.cluster, state.round_id, orphaned_before=state.round_seq, ask_operations=ask, by_round=True
@@ -65,14 +65,20 @@ def poll_check(ctx: Context, state: RoundState) -> RoundState:
     except ClusterNotFound:
         close_cluster(ctx, state.cluster, "cluster deleted during the round", state.round_id)
         return state.model_copy(update={"done": True, "wait_s": 0, "recovery_due": 0})
-    windows = state.windows
     if full:
         # Nodes that began HyperPod's on-start check since: this round's polls judge them too.
         watch_on_start_checks(ctx, view, state.round_id, state.round_seq)
-        # Where the members are now (a member replaced mid-check has a new launch time), in the fewest pages; as
-        # before while one has no launch time (provisioning).
-        members = view.members(state.round_id)
-        windows = listing_windows((view.snapshots.get(r.key) for r in members), view.snapshots.values()) or windows
+    windows = state.windows
+    if listed:
+        # Where the members still in the check are now (one replaced mid-check has a new launch time), in the fewest
+        # pages; the next listing leaves out those that left it (judged on their last listing once settled), so a
+        # round's tail lists fewer pages as it drains. As before while one has no launch time (provisioning), or
+        # none is left in the check.
+        inside = [view.snapshots.get(r.key) for r in view.members(state.round_id) if r.check_left_at is None]
+        if full:
+            windows = listing_windows(inside, view.snapshots.values()) or windows
+        else:
+            windows = narrowed_windows(state.windows or [], inside, view.snapshots.values()) or windows
     members = view.members(state.round_id)
     polls = state.polls + 1
     handed_on = full and check_over(members, view.records.values()) and ctx.progress(view) is not None
