@@ -158,6 +158,21 @@ def test_a_rounds_tail_listings_narrow_to_the_members_still_in_their_check(harne
     assert {r.state for r in harness.records("demo").values()} == {NodeState.PASSED}
 
 
+def test_nodes_a_round_left_settling_are_judged_by_the_next_rounds_poll_without_a_whole_look(harness, fake):
+    """A round whose members are all out of the check ends at once when nodes wait for the next round; that round's
+    poll judges them when their lines are due, on the whole look that found them out (nothing moved since)."""
+    fake.create_cluster("demo", [GroupSpec("workers", count=4)])
+    harness.at(fake.clock.now() + 1800, lambda: [fake.add_node("demo", "workers", ready_after_s=60) for _ in range(2)])
+    harness.run_until(lambda: _all_final(harness, "demo", 6), horizon_s=12 * 3600)
+    records = harness.records("demo").values()
+    assert {r.state for r in records} == {NodeState.PASSED}
+    firsts = [r for r in records if r.history[1].trigger == "demo-r000000"]
+    handed_on = [h.at for r in firsts for h in r.history if h.state == NodeState.PASSED and h.trigger == "demo-r000001"]
+    assert len(firsts) == len(handed_on) == 4, "the first round's nodes were judged by the second's poll"
+    whole = {t for t, op, p in fake.requests if op == "ListClusterNodes" and "CreationTimeAfter" not in p}
+    assert not whole & set(handed_on), "judged without a whole look"
+
+
 @pytest.mark.controller_config({"clusters": ["demo"], "defaults": {"gather_window_s": 0}})
 def test_cluster_deleted_mid_round_closes_its_nodes_out(harness, fake):
     fake.create_cluster("demo", [GroupSpec("workers", count=5)])

@@ -14,6 +14,7 @@ from hyperpod_dhc.deephealth.domain.rounds import (
     LATE_LINES_LOOK_S,
     MEMBERS_LIST_S,
     RoundState,
+    elsewhere_judged,
     lines_due,
     members_due_at,
     members_look,
@@ -71,6 +72,13 @@ def test_settling_elsewhere_is_the_earliest_settle_among_other_rounds_nodes_or_a
     assert settling_elsewhere([other], GROUPS, "c-r000002", 1100.0) == 1100.0 + LATE_LINES_LOOK_S
     assert settling_elsewhere([mine], GROUPS, "c-r000002", 1005.0) is None
     assert settling_elsewhere([checking("d", group="unknown", left=1.0)], GROUPS, "x", 5.0) is None
+
+
+def test_nodes_settling_elsewhere_are_judged_on_the_last_whole_look_only_while_no_change_came_since():
+    assert elsewhere_judged(1000.0, None)
+    assert elsewhere_judged(1000.0, 999.0)
+    assert not elsewhere_judged(1000.0, 1000.0)  # an event stamped with the look: it may have moved them
+    assert not elsewhere_judged(None, None)  # no whole look yet
 
 
 def test_poll_interval_is_the_most_demanding_groups_and_60_s_with_none():

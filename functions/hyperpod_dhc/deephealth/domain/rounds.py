@@ -32,9 +32,9 @@ LEASE_TTL_S = 6 * 3600  # renewed on every step; a dead round's lease frees itse
 # A poll lists only the round's members (one launch-time window, usually one page). It looks at the whole cluster
 # when an event said a node changed since its last whole look, at most this often...
 FULL_OBSERVE_S = 300
-# ...and at least this often whatever the events say (one can be lost; Reconcile leaves a live round's cluster
-# to its polls): twice as often as a resting cluster is listed whole (quiet_sweep.WHOLE_SWEEP_S).
-QUIET_OBSERVE_S = 1800
+# ...and at least this often whatever the events say (one can be lost), as a resting cluster is listed whole
+# (quiet_sweep.WHOLE_SWEEP_S): the members are listed on their own, and Reconcile still looks for arrivals.
+QUIET_OBSERVE_S = 3600
 # HyperPod waits up to 10 minutes for a running job before it skips a node; allow for our poll spacing.
 SKIP_GRACE_S = 15 * 60
 # A node whose lines were due but are not all there yet is looked at again this often by another round's polls.
@@ -258,10 +258,10 @@ def overdue(record: NodeRecord, snapshot: NodeSnapshot | None, now: float, expec
 def settling_elsewhere(
     records: Iterable[NodeRecord], groups: dict[str, GroupContext], round_id: str, now: float
 ) -> float | None:
-    """When a whole look should next judge nodes out of another check (an earlier round's, or HyperPod's on-start
-    check): the earliest `check_left_at + settle_s` still ahead of `now` among the checking nodes that are not
-    this round's, or, for one whose lines were due and that still waits (some tests' lines are late), a look
-    LATE_LINES_LOOK_S from now."""
+    """When a poll should next judge nodes out of another check (an earlier round's, or HyperPod's on-start
+    check; `elsewhere_judged` says whether on a new whole look): the earliest `check_left_at + settle_s` still
+    ahead of `now` among the checking nodes that are not this round's, or, for one whose lines were due and that
+    still waits (some tests' lines are late), a look LATE_LINES_LOOK_S from now."""
     due = []
     for r in records:
         group = groups.get(r.group)
@@ -298,6 +298,14 @@ def members_look(state: RoundState, lines: int | None, changed_at: float | None,
     if state.members_due_at is None or now < state.members_due_at:
         return "none"
     return "list" if changed_at is not None and changed_at >= state.listed_at else "judge"
+
+
+def elsewhere_judged(observed_at: float | None, changed_at: float | None) -> bool:
+    """Whether nodes out of another check (`settling_elsewhere`) whose lines are due are judged on the status the
+    round's last whole look showed, without another: it found them out of that check (a whole look ends each round,
+    and starts each), and no event Intake stamped as a change came since (`changed_at`). Only a look finds a node
+    out of its check: judging changes no other."""
+    return observed_at is not None and (changed_at is None or changed_at < observed_at)
 
 
 def whole_look_due(observed_at: float | None, changed_at: float | None, acting: bool, now: float) -> bool:

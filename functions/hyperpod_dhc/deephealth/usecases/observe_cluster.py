@@ -80,27 +80,37 @@ def adopted_on_first_look(
 
 
 def observe_members(
-    ctx: Context, cluster: str, round_id: str, windows: list[ListingWindow], ask_operations: bool = True
+    ctx: Context,
+    cluster: str,
+    round_id: str,
+    windows: list[ListingWindow],
+    ask_operations: bool = True,
+    elsewhere: bool = False,
 ) -> ClusterView:
     """A poll's cheap look: list only the round's launch-time windows (those of its members still in the check)
     and fold what the members listed show; judge a member out of its check whose lines have settled, if the
     windows leave it out, on the status the listing that found it out showed (`last_seen`); no windows: no
-    listing, only that (`rounds.members_look` "judge"). A member in the check missing from the windows (replaced
-    mid-check: a new launch time) waits for the next look at the whole cluster. The view holds every member."""
+    listing, only that (`rounds.members_look` "judge"). `elsewhere`: judge so, too, the nodes out of another
+    check (an earlier round's, HyperPod's on-start check) whose lines are due: nothing moved since the whole look
+    that found them out. A member in the check missing from the windows (replaced mid-check: a new launch time)
+    waits for the next look at the whole cluster. The view holds every member, and every record (`everyone`)."""
     view = ctx.view(cluster, load_records=False)
     listed = {s.key: s for window in windows for s in ctx.hyperpod.list_nodes(cluster, window) if s.key}
     loaded = ctx.table.load_cluster(cluster).items()  # warm: only what was saved since the last load is read
     everyone = {k: r for k, r in loaded if r.cluster_id in (None, view.info.cluster_id)}
     members = {k: r for k, r in everyone.items() if r.state == NodeState.CHECKING and r.round_id == round_id}
     now = ctx.clock()
-    settled = {k: last_seen(r) for k, r in members.items()
-               if k not in listed and r.check_left_at and lines_due_in(r, None, view, now)}  # fmt: skip
+    settled = {k: last_seen(r) for k, r in everyone.items()
+               if k not in listed and r.state == NodeState.CHECKING and (r.round_id == round_id or elsewhere)
+               and r.check_left_at and lines_due_in(r, None, view, now)}  # fmt: skip
     snapshots = {k: listed[k] for k in members if k in listed} | settled
-    view.records = {k: members[k] for k in snapshots}
+    view.records = {k: everyone[k] for k in snapshots}
     view.everyone, view.complete = everyone, False  # only every record can tell a line of a node nobody knows
     changes = fold(ctx, cluster, view, snapshots, round_id, round_seq_of(round_id), ask_operations)
     for saved in save_and_announce(ctx, changes):
-        members[saved.key] = saved
+        everyone[saved.key] = saved
+        if saved.key in members:
+            members[saved.key] = saved
     view.records, view.snapshots = members, listed
     return view
 

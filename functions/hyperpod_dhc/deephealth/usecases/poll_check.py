@@ -12,6 +12,7 @@ from hyperpod_dhc.deephealth.domain.rounds import (
     acting_on,
     build_check_request,
     check_over,
+    elsewhere_judged,
     expected_check_s,
     members_due_at,
     members_look,
@@ -39,18 +40,23 @@ def poll_check(ctx: Context, state: RoundState) -> RoundState:
     now, meta = ctx.renewed(state)
     observed_at = state.observed_at
     full = state.windows is None or whole_look_due(observed_at, meta.changed_at, state.acting > 0, now)
-    # Nodes an earlier round left settling (below): their lines are due now, and only a whole look judges them.
-    full = full or (state.judge_at is not None and now >= state.judge_at)
+    # Nodes another check left settling (below) have their lines due: judged on the whole look that found them out
+    # of it when nothing moved since (`elsewhere_judged`), else on a new whole look.
+    elsewhere = state.judge_at is not None and now >= state.judge_at
+    full = full or (elsewhere and not elsewhere_judged(observed_at, meta.changed_at))
     ask = operations_look_due(state.operations_at, now)
     listed = True
     try:
         lines = _count_lines(ctx, state)
         look = "list" if full else members_look(state, lines, meta.changed_at, now)
+        if look == "none" and elsewhere:
+            look = "judge"
         if look == "none":
             return _quiet_poll(state, now)
         if not full:
             listed = look == "list"
-            view = observe_members(ctx, state.cluster, state.round_id, (state.windows or []) if listed else [], ask)
+            spans = (state.windows or []) if listed else []
+            view = observe_members(ctx, state.cluster, state.round_id, spans, ask, elsewhere=elsewhere)
             # It looks finished, or its check just ended (once): confirm on the whole cluster. Not after judging
             # without a listing: the listing that found the last member out did.
             members = view.members(state.round_id)
@@ -84,7 +90,9 @@ def poll_check(ctx: Context, state: RoundState) -> RoundState:
     handed_on = full and check_over(members, view.records.values()) and ctx.progress(view) is not None
     done = not members or handed_on or polls >= MAX_POLLS
     configs = build_check_request(members, view.groups) if members else []
-    judge_at = settling_elsewhere(view.records.values(), view.groups, state.round_id, now) if full else state.judge_at
+    judge_at = state.judge_at
+    if full or elsewhere:
+        judge_at = settling_elsewhere((view.names() or {}).values(), view.groups, state.round_id, now)
     wait = (
         0
         if done
