@@ -173,6 +173,15 @@ def test_nodes_a_round_left_settling_are_judged_by_the_next_rounds_poll_without_
     assert not whole & set(handed_on), "judged without a whole look"
 
 
+def test_start_check_lists_only_the_claimed_members_while_the_claims_whole_look_is_fresh(harness, fake):
+    fake.create_cluster("demo", [GroupSpec("workers", count=4)])
+    harness.run_until(lambda: fake.calls["StartClusterHealthCheck"] >= 1, horizon_s=3600)
+    (start,) = [i for i, (_, op, _) in enumerate(fake.requests) if op == "StartClusterHealthCheck"]
+    *_, claim, members = [p for _, op, p in fake.requests[:start] if op == "ListClusterNodes"]
+    assert "CreationTimeAfter" not in claim, "the Claim looked at the whole cluster"
+    assert {"CreationTimeAfter", "CreationTimeBefore"} <= members.keys(), "Start check listed the members' window"
+
+
 @pytest.mark.controller_config({"clusters": ["demo"], "defaults": {"gather_window_s": 0}})
 def test_cluster_deleted_mid_round_closes_its_nodes_out(harness, fake):
     fake.create_cluster("demo", [GroupSpec("workers", count=5)])

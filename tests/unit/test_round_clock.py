@@ -14,7 +14,6 @@ from hyperpod_dhc.deephealth.domain.rounds import (
     LATE_LINES_LOOK_S,
     MEMBERS_LIST_S,
     RoundState,
-    elsewhere_judged,
     lines_due,
     members_due_at,
     members_look,
@@ -23,6 +22,7 @@ from hyperpod_dhc.deephealth.domain.rounds import (
     settled,
     settling_elsewhere,
     split_dry_run,
+    unchanged_since,
     wake_for,
 )
 
@@ -75,10 +75,10 @@ def test_settling_elsewhere_is_the_earliest_settle_among_other_rounds_nodes_or_a
 
 
 def test_nodes_settling_elsewhere_are_judged_on_the_last_whole_look_only_while_no_change_came_since():
-    assert elsewhere_judged(1000.0, None)
-    assert elsewhere_judged(1000.0, 999.0)
-    assert not elsewhere_judged(1000.0, 1000.0)  # an event stamped with the look: it may have moved them
-    assert not elsewhere_judged(None, None)  # no whole look yet
+    assert unchanged_since(1000.0, None)
+    assert unchanged_since(1000.0, 999.0)
+    assert not unchanged_since(1000.0, 1000.0)  # an event stamped with the look: it may have moved them
+    assert not unchanged_since(None, None)  # no whole look yet
 
 
 def test_poll_interval_is_the_most_demanding_groups_and_60_s_with_none():

@@ -35,6 +35,9 @@ FULL_OBSERVE_S = 300
 # ...and at least this often whatever the events say (one can be lost), as a resting cluster is listed whole
 # (quiet_sweep.WHOLE_SWEEP_S): the members are listed on their own, and Reconcile still looks for arrivals.
 QUIET_OBSERVE_S = 3600
+# Start check lists only the claimed members' windows when the Claim's whole look is younger than this and nothing
+# changed since (a retry after ClusterBusy waits longer and looks again).
+CLAIM_LOOK_S = 60
 # HyperPod waits up to 10 minutes for a running job before it skips a node; allow for our poll spacing.
 SKIP_GRACE_S = 15 * 60
 # A node whose lines were due but are not all there yet is looked at again this often by another round's polls.
@@ -259,7 +262,7 @@ def settling_elsewhere(
     records: Iterable[NodeRecord], groups: dict[str, GroupContext], round_id: str, now: float
 ) -> float | None:
     """When a poll should next judge nodes out of another check (an earlier round's, or HyperPod's on-start
-    check; `elsewhere_judged` says whether on a new whole look): the earliest `check_left_at + settle_s` still
+    check; `unchanged_since` says whether on a new whole look): the earliest `check_left_at + settle_s` still
     ahead of `now` among the checking nodes that are not this round's, or, for one whose lines were due and that
     still waits (some tests' lines are late), a look LATE_LINES_LOOK_S from now."""
     due = []
@@ -300,12 +303,12 @@ def members_look(state: RoundState, lines: int | None, changed_at: float | None,
     return "list" if changed_at is not None and changed_at >= state.listed_at else "judge"
 
 
-def elsewhere_judged(observed_at: float | None, changed_at: float | None) -> bool:
-    """Whether nodes out of another check (`settling_elsewhere`) whose lines are due are judged on the status the
-    round's last whole look showed, without another: it found them out of that check (a whole look ends each round,
-    and starts each), and no event Intake stamped as a change came since (`changed_at`). Only a look finds a node
-    out of its check: judging changes no other."""
-    return observed_at is not None and (changed_at is None or changed_at < observed_at)
+def unchanged_since(looked_at: float | None, changed_at: float | None) -> bool:
+    """Whether a whole look at `looked_at` still tells the cluster's statuses: no event Intake stamped as a change
+    came since (`changed_at`). A round's polls judge the nodes another check left settling on it (a whole look ends
+    each round and starts the next, and found them out of that check); Start check lists only the members when
+    the Claim's is that fresh (`CLAIM_LOOK_S`). Only a look finds a node out of its check: this changes no other."""
+    return looked_at is not None and (changed_at is None or changed_at < looked_at)
 
 
 def whole_look_due(observed_at: float | None, changed_at: float | None, acting: bool, now: float) -> bool:

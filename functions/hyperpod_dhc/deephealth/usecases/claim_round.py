@@ -4,6 +4,7 @@ claim the nodes this round checks (dry-run groups record the check they would ge
 from __future__ import annotations
 
 from hyperpod_dhc.deephealth.domain.errors import ClusterNotFound
+from hyperpod_dhc.deephealth.domain.listing_windows import listing_windows
 from hyperpod_dhc.deephealth.domain.nodes import (
     JOB_WON,
     NodeRecord,
@@ -39,7 +40,7 @@ from hyperpod_dhc.deephealth.usecases.observe_cluster import close_cluster, obse
 
 def claim_round(ctx: Context, state: RoundState) -> RoundState:
     round_id = round_name(state.cluster, state.round_seq)
-    state = state.model_copy(update={"round_id": round_id, "gather_s": 0})
+    state = state.model_copy(update={"round_id": round_id, "gather_s": 0, "windows": None})
     now = ctx.clock()
     if not ctx.table.acquire_lease(state.cluster, state.round_seq, round_id, now, LEASE_TTL_S):
         logger.info("round not started: lease held or round superseded", extra={"round_id": round_id})
@@ -50,6 +51,7 @@ def claim_round(ctx: Context, state: RoundState) -> RoundState:
     except ClusterNotFound:
         close_cluster(ctx, state.cluster, "cluster not found", round_id)
         return state.model_copy(update={"claimed": 0, "recovery_due": 0})
+    state = state.model_copy(update={"observed_at": now})
     candidates = claimable(view.records.values(), view.groups)
     # Revalidation never touches a job: a node queued for it is claimed only on the bridge's idle report since it
     # was queued; one a job reached first goes back in service (tried again later), one without a report waits.
@@ -106,7 +108,11 @@ def claim_round(ctx: Context, state: RoundState) -> RoundState:
         # counts these nodes as waiting, would chain the next round at once, and that one the next.
         wait = job_wait(waiting, now)
         return state.model_copy(update={"gather_s": wait, "claimed": 0, "recovery_due": 0, "gathered": True})
-    return state.model_copy(update={"claimed": len(claimed), "recovery_due": len(due), "gathered": True})
+    # Where the members are, in the fewest pages: Start check lists only these while this look is fresh.
+    windows = listing_windows((view.snapshots.get(r.key) for r in claimed), view.snapshots.values())
+    return state.model_copy(
+        update={"claimed": len(claimed), "recovery_due": len(due), "gathered": True, "windows": windows}
+    )
 
 
 def release_revalidations(

@@ -12,13 +12,13 @@ from hyperpod_dhc.deephealth.domain.rounds import (
     acting_on,
     build_check_request,
     check_over,
-    elsewhere_judged,
     expected_check_s,
     members_due_at,
     members_look,
     next_look,
     operations_look_due,
     settling_elsewhere,
+    unchanged_since,
     wake_for,
     whole_look_due,
 )
@@ -41,9 +41,9 @@ def poll_check(ctx: Context, state: RoundState) -> RoundState:
     observed_at = state.observed_at
     full = state.windows is None or whole_look_due(observed_at, meta.changed_at, state.acting > 0, now)
     # Nodes another check left settling (below) have their lines due: judged on the whole look that found them out
-    # of it when nothing moved since (`elsewhere_judged`), else on a new whole look.
+    # of it when nothing moved since (`unchanged_since`), else on a new whole look.
     elsewhere = state.judge_at is not None and now >= state.judge_at
-    full = full or (elsewhere and not elsewhere_judged(observed_at, meta.changed_at))
+    full = full or (elsewhere and not unchanged_since(observed_at, meta.changed_at))
     ask = operations_look_due(state.operations_at, now)
     listed = True
     try:

@@ -4,10 +4,11 @@ per round), and hand the others back to the queue."""
 from __future__ import annotations
 
 from hyperpod_dhc.deephealth.domain.errors import CheckRefused, ClusterBusy, Throttled
-from hyperpod_dhc.deephealth.domain.listing_windows import listing_windows
+from hyperpod_dhc.deephealth.domain.listing_windows import listing_windows, narrowed_windows
 from hyperpod_dhc.deephealth.domain.nodes import IN_PROGRESS, RUNNING, NodeRecord, NodeState, Verdict, transition
 from hyperpod_dhc.deephealth.domain.recovery import apply_verdict
 from hyperpod_dhc.deephealth.domain.rounds import (
+    CLAIM_LOOK_S,
     RoundState,
     acting_on,
     build_check_request,
@@ -15,20 +16,31 @@ from hyperpod_dhc.deephealth.domain.rounds import (
     next_wait,
     poll_interval,
     split_dry_run,
+    unchanged_since,
     wake_for,
 )
 from hyperpod_dhc.deephealth.observability import logger, node_metric
 from hyperpod_dhc.deephealth.usecases.claim_round import shadow_checks
 from hyperpod_dhc.deephealth.usecases.context import ClusterView, Context
 from hyperpod_dhc.deephealth.usecases.decisions import save_and_announce
-from hyperpod_dhc.deephealth.usecases.observe_cluster import observe_cluster
+from hyperpod_dhc.deephealth.usecases.observe_cluster import observe_cluster, observe_members
 from hyperpod_dhc.deephealth.usecases.readings import note_busy_error, note_look, operation_overdue
 
 
 def start_check(ctx: Context, state: RoundState) -> RoundState:
-    now = ctx.renew(state)
-    # Observing (not just listing) judges nodes still in the check of a round that died mid-check.
-    view = observe_cluster(ctx, state.cluster, state.round_id, orphaned_before=state.round_seq, by_round=True)
+    now, meta = ctx.renewed(state)
+    fresh = (
+        state.windows is not None
+        and state.observed_at is not None
+        and now - state.observed_at < CLAIM_LOOK_S
+        and unchanged_since(state.observed_at, meta.changed_at)
+    )
+    if fresh:
+        # The Claim's whole look just now found the members and judged what else was due: list only theirs.
+        view = observe_members(ctx, state.cluster, state.round_id, state.windows or [])
+    else:
+        # Observing (not just listing) judges nodes still in the check of a round that died mid-check.
+        view = observe_cluster(ctx, state.cluster, state.round_id, orphaned_before=state.round_seq, by_round=True)
     snapshots = view.snapshots
     members = view.members(state.round_id)
     # A group switched to dry-run while this round waited (ClusterBusy retries) gets no check.
@@ -111,15 +123,19 @@ def start_check(ctx: Context, state: RoundState) -> RoundState:
         if configs
         else 0
     )
-    windows = listing_windows((snapshots.get(r.key) for r in checked + watched), snapshots.values())
+    inside = [snapshots.get(r.key) for r in checked + watched]
+    if fresh:
+        windows = narrowed_windows(state.windows or [], inside, snapshots.values()) or state.windows
+    else:
+        windows = listing_windows(inside, snapshots.values())
     return state.model_copy(
         update={
             "started_at": started,
             "wait_s": wait,
             "done": not configs,
             "windows": windows,
-            "observed_at": now,
-            "acting": acting_on(view.records.values()),
+            "observed_at": state.observed_at if fresh else now,
+            "acting": acting_on((view.names() or view.records).values()),
         }
     )
 
