@@ -96,3 +96,32 @@ def test_events_hyperpod_sends_match_the_deployed_rules(harness, fake):
         harness.deliver(event)
     assert not harness.unmatched
     assert harness.records("demo"), "the node reached the table through the intake"
+
+
+def test_an_unhealthy_report_about_a_node_waiting_for_its_lines_is_saved_and_its_round_looks_again(harness, fake):
+    """Review of issue 31: the report changed nothing of a checking node, so a poll judged it, without listing, on
+    the status its last look saw. Now what HyperPod describes goes on its record, and the round is told (changed_at),
+    so its next poll lists rather than judges on that look."""
+    fake.create_cluster("demo", [GroupSpec("workers", count=2)])
+
+    def settling():
+        return [r for r in harness.records("demo").values() if r.state == NodeState.CHECKING and r.check_left_at]
+
+    seen: dict = {}
+
+    def report() -> None:  # the moment a look finds a node out of its check: its agent reports it
+        node = seen["node"] = settling()[0]
+        fake.node("demo", node.key).status = "ShuttingDown"  # HyperPod's agent took it down after its check
+        event = localize(copy.deepcopy(load_event("node_health_unhealthy.json")))
+        event["resources"] = [fake.cluster("demo").arn]
+        event["detail"].update(ClusterName="demo", ClusterArn=fake.cluster("demo").arn, InstanceId=node.instance_id)
+        seen["outcome"], seen["at"] = harness.invoke(harness.intake_arn, event)["outcome"], fake.clock.now()
+
+    harness.when(lambda: bool(settling()), report)
+    harness.run_until(lambda: "outcome" in seen, horizon_s=6 * 3600)
+    from hyperpod_dhc.deephealth.adapters.node_table import NodeTable
+    from tests.harness.engine import TABLE_NAME
+
+    assert seen["outcome"] == "checking: its round looks again"
+    assert harness.records("demo")[seen["node"].key].status == "ShuttingDown"
+    assert NodeTable(TABLE_NAME).round_meta("demo").changed_at == seen["at"]

@@ -307,3 +307,20 @@ def test_a_node_overdue_in_its_check_has_its_lines_read_and_a_failure_line_fails
     assert observe("c", record, in_check, judged(2000.0, lines, check_active=True)) is None, "not overdue yet"
     failed, decision = observe("c", record, in_check, judged(2700.0 + 300.0, lines, check_active=True))
     assert decision.verdict == Verdict.FAILED and failed.state == NodeState.RECOVERY_DUE
+
+
+def test_a_node_waiting_for_its_lines_is_saved_as_a_look_saw_it_so_a_judgement_without_a_listing_never_uses_less():
+    """Review of issue 31: a look that saw a settling node `ShuttingDown` decided nothing and saved nothing, and a
+    later poll judged it, without listing, on the `Running` its record still said: a pass on a stale status."""
+    from hyperpod_dhc.deephealth.domain.observe import seen_while_settling
+
+    settling = rec(NodeState.CHECKING, round_id="r", check_started_at=900.0, check_left_at=950.0, status="Running")
+    seen = seen_while_settling(settling, snap("ShuttingDown"), 960.0)
+    assert seen is not None and seen.status == "ShuttingDown" and seen.check_left_at == 950.0
+    assert seen_while_settling(settling, snap("Running"), 960.0) is None  # nothing new: no write
+    # Another instance under the logical id: back in its check as looks go, never judged on the old one's lines.
+    replaced = seen_while_settling(settling, snap("Pending", iid=B), 960.0)
+    assert replaced is not None and replaced.check_left_at is None and replaced.instance_id == A
+    in_check = rec(NodeState.CHECKING, round_id="r", check_started_at=900.0, status="DeepHealthCheckInProgress")
+    assert seen_while_settling(in_check, snap("ShuttingDown"), 960.0) is None  # its listing is not skipped
+    assert seen_while_settling(rec(NodeState.PASSED, status="Running"), snap("ShuttingDown"), 960.0) is None

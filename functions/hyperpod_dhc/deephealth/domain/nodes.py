@@ -328,6 +328,19 @@ def last_seen(record: NodeRecord) -> NodeSnapshot:
     )
 
 
+def refreshed(record: NodeRecord, snapshot: NodeSnapshot, now: float) -> NodeRecord:
+    """Last-seen status and hostname (a replacement brings its own): not a decision, so no history entry; saved
+    with the next decision (a node waiting for its lines to settle: at once, `observe.seen_while_settling`)."""
+    update: dict[str, object] = {}
+    if record.status != snapshot.status:
+        update.update(status=snapshot.status, status_at=now)
+    if snapshot.hostname and snapshot.hostname != record.hostname:
+        update["hostname"] = snapshot.hostname
+    if (names := with_hostname(record.hostnames, snapshot.hostname)) != record.hostnames:
+        update["hostnames"] = names
+    return record.model_copy(update=update) if update else record
+
+
 def instance_replaced(record: NodeRecord, snapshot: NodeSnapshot) -> bool:
     """The node is listed with another instance than the record's: the logical id got new hardware."""
     return bool(snapshot.instance_id and record.instance_id and snapshot.instance_id != record.instance_id)

@@ -23,6 +23,7 @@ from hyperpod_dhc.deephealth.domain.nodes import (
     failure_like,
     instance_replaced,
     recheck,
+    refreshed,
     round_seq_of,
     transition,
     with_hostname,
@@ -110,11 +111,11 @@ def observe(
         return transition(record, obs.now, record.state, "listed again", obs.trigger, missing_since=None)
     if snapshot.group != record.group:
         return _moved(record, snapshot, obs)
-    refreshed = _refresh(record, snapshot, obs.now)
-    change = _listed(refreshed, snapshot, ctx, obs)
-    if change is None and record.hostname is None and refreshed.hostname is not None:
+    seen = refreshed(record, snapshot, obs.now)
+    change = _listed(seen, snapshot, ctx, obs)
+    if change is None and record.hostname is None and seen.hostname is not None:
         # A record older than the field: its Slurm name is saved once, so the Slurm bridge can find it.
-        return transition(refreshed, obs.now, refreshed.state, f"hostname {refreshed.hostname}", obs.trigger)
+        return transition(seen, obs.now, seen.state, f"hostname {seen.hostname}", obs.trigger)
     return change
 
 
@@ -250,7 +251,7 @@ def mark_unhealthy(
     ctx = obs.groups.get(record.group)
     if record.state != NodeState.PASSED or ctx is None or not ctx.watched:
         return None
-    record = _refresh(record, snapshot, obs.now)
+    record = refreshed(record, snapshot, obs.now)
     if failure_like(snapshot.status):
         return _failed_outside_a_check(record, ctx, obs, f"health event: {reason[:300]}; status {snapshot.status}")
     return transition(
@@ -383,14 +384,15 @@ def _recovering_itself(snapshot: NodeSnapshot | None, obs: Observation) -> NodeR
     return obs.node_recovery
 
 
-def _refresh(record: NodeRecord, snapshot: NodeSnapshot, now: float) -> NodeRecord:
-    """Last-seen status and hostname (a replacement brings its own): not a decision, so no history entry; saved
-    with the next decision."""
-    update: dict[str, object] = {}
-    if record.status != snapshot.status:
-        update.update(status=snapshot.status, status_at=now)
-    if snapshot.hostname and snapshot.hostname != record.hostname:
-        update["hostname"] = snapshot.hostname
-    if (names := with_hostname(record.hostnames, snapshot.hostname)) != record.hostnames:
-        update["hostnames"] = names
-    return record.model_copy(update=update) if update else record
+def seen_while_settling(record: NodeRecord | None, snapshot: NodeSnapshot | None, now: float) -> NodeRecord | None:
+    """A node out of its check, waiting for its lines to settle, that a look shows otherwise than its record says
+    and that no decision moved: the record as seen, saved without a decision, so a judgement without a listing
+    (`nodes.last_seen`) judges what the last look showed, never what an earlier one did. Another instance (HyperPod
+    replaced it since): back in its check as far as looks go (`check_left_at` cleared), so it is listed again and
+    judged as a member replaced mid-check, never on its old instance's lines. None: nothing to save."""
+    if record is None or snapshot is None or record.state != NodeState.CHECKING or record.check_left_at is None:
+        return None
+    if instance_replaced(record, snapshot):
+        return record.model_copy(update={"check_left_at": None, "status": snapshot.status, "status_at": now})
+    seen = refreshed(record, snapshot, now)
+    return seen if seen.status != record.status else None

@@ -76,7 +76,7 @@ class RoundState(BaseModel):
     polls: int = 0
     windows: list[ListingWindow] | None = None  # where the members are listed; None: list the whole cluster
     observed_at: float | None = None  # the last time a step observed the whole cluster
-    # When nodes another round left settling have their result lines due: a poll then looks at the whole cluster.
+    # When nodes another round left settling have their result lines due: a poll then judges them (`unchanged_since`).
     judge_at: float | None = None
     operations_at: float | None = None  # the last time a poll asked ListClusterOperations
     listed_at: float | None = None  # the last time a poll listed the members (or the whole cluster)

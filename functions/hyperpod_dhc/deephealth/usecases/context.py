@@ -48,6 +48,8 @@ class ClusterView:
     # Every record of the cluster, where `records` holds only some: whose names a result line may carry.
     everyone: dict[str, NodeRecord] | None = None
     operations_asked: bool = False  # this look asked ListClusterOperations
+    # Settling nodes the look showed otherwise than their records, with no decision (`seen_while_settling`): saved.
+    seen: list[NodeRecord] = field(default_factory=list)
     # The operator patterns a record on a stream that is no node's is classified with (the cluster's and defaults').
     foreign_rules: OperatorRules = NO_OPERATOR_RULES
 

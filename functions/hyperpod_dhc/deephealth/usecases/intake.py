@@ -5,7 +5,7 @@ from __future__ import annotations
 from hyperpod_dhc.deephealth.domain.errors import ClusterNotFound, ClusterNotSlurm
 from hyperpod_dhc.deephealth.domain.events import ClusterSignal, Ignored, NodeSignal
 from hyperpod_dhc.deephealth.domain.nodes import NodeState
-from hyperpod_dhc.deephealth.domain.observe import Observation, mark_unhealthy, observe
+from hyperpod_dhc.deephealth.domain.observe import Observation, mark_unhealthy, observe, seen_while_settling
 from hyperpod_dhc.deephealth.observability import MetricUnit, metrics
 from hyperpod_dhc.deephealth.usecases.context import Context
 from hyperpod_dhc.deephealth.usecases.decisions import save_and_announce
@@ -75,6 +75,13 @@ def _node_signal(ctx: Context, signal: NodeSignal) -> str:
     change = observe(signal.cluster, record, snapshot, obs)
     if change is None and record is not None and snapshot is not None:  # only unhealthy reports get here
         change = mark_unhealthy(record, snapshot, signal.reason, obs)
+    if change is None and record is not None and record.state == NodeState.CHECKING:
+        # Its round judges it, some on their last look: what HyperPod says now goes on its record, and the round's
+        # next poll looks again rather than judge on what it saw before (note_change).
+        if (seen := seen_while_settling(record, snapshot, obs.now)) is not None:
+            save_and_announce(ctx, [seen])
+        ctx.table.note_change(signal.cluster, ctx.clock())
+        return "checking: its round looks again"
     if change is None:
         return "no change"
     saved = save_and_announce(ctx, [change])

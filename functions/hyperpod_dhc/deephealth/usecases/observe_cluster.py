@@ -19,7 +19,7 @@ from hyperpod_dhc.deephealth.domain.nodes import (
     last_seen,
     round_seq_of,
 )
-from hyperpod_dhc.deephealth.domain.observe import Observation, checked_for, close_out, observe
+from hyperpod_dhc.deephealth.domain.observe import Observation, checked_for, close_out, observe, seen_while_settling
 from hyperpod_dhc.deephealth.domain.result_log import ResultLog, failures_from, previous_verdict_at
 from hyperpod_dhc.deephealth.domain.rounds import SKIP_GRACE_S, expected_for, lines_due, watchable
 from hyperpod_dhc.deephealth.domain.slurm import ADOPT_AFTER_S
@@ -57,7 +57,7 @@ def observe_cluster(
     if changes and not view.records:
         ctx.table.register_cluster(cluster)
     changes = adopted_on_first_look(ctx, cluster, snapshots, changes)
-    for saved in save_and_announce(ctx, changes):
+    for saved in save_and_announce(ctx, [*changes, *view.seen]):
         view.records[saved.key] = saved
     if fresh:
         # Every node of a whole listing is recorded now (a failed save raised above): the Slurm bridge may take a
@@ -89,29 +89,32 @@ def observe_members(
 ) -> ClusterView:
     """A poll's cheap look: list only the round's launch-time windows (those of its members still in the check)
     and fold what the members listed show; judge a member out of its check whose lines have settled, if the
-    windows leave it out, on the status the listing that found it out showed (`last_seen`); no windows: no
-    listing, only that (`rounds.members_look` "judge"). `elsewhere`: judge so, too, the nodes out of another
-    check (an earlier round's, HyperPod's on-start check) whose lines are due: nothing moved since the whole look
-    that found them out. A member in the check missing from the windows (replaced mid-check: a new launch time)
-    waits for the next look at the whole cluster. The view holds every member, and every record (`everyone`)."""
+    windows leave it out, on the status the last look that saw it showed (`last_seen`; a look saves a settling
+    node it shows otherwise: `observe.seen_while_settling`); no windows: no listing, only that
+    (`rounds.members_look` "judge"). `elsewhere`: so, too, the nodes out of another check (an earlier round's,
+    HyperPod's on-start check) whose lines are due (`rounds.unchanged_since`). A member in the check missing from
+    the windows (replaced mid-check: a new launch time) waits for the next look at the whole cluster. The view
+    holds every member and whatever else this look judged, and every record (`everyone`)."""
     view = ctx.view(cluster, load_records=False)
     listed = {s.key: s for window in windows for s in ctx.hyperpod.list_nodes(cluster, window) if s.key}
     loaded = ctx.table.load_cluster(cluster).items()  # warm: only what was saved since the last load is read
     everyone = {k: r for k, r in loaded if r.cluster_id in (None, view.info.cluster_id)}
-    members = {k: r for k, r in everyone.items() if r.state == NodeState.CHECKING and r.round_id == round_id}
+    checking = {k: r for k, r in everyone.items() if r.state == NodeState.CHECKING}
+    # This round's members, and with `elsewhere` the nodes out of another check: what the windows list of them is
+    # folded as listed; one out of its check they leave out, once its lines are due, on its last look.
+    judged = {k: r for k, r in checking.items() if r.round_id == round_id or (elsewhere and r.check_left_at)}
     now = ctx.clock()
-    settled = {k: last_seen(r) for k, r in everyone.items()
-               if k not in listed and r.state == NodeState.CHECKING and (r.round_id == round_id or elsewhere)
-               and r.check_left_at and lines_due_in(r, None, view, now)}  # fmt: skip
-    snapshots = {k: listed[k] for k in members if k in listed} | settled
+    settled = {k: last_seen(r) for k, r in judged.items()
+               if k not in listed and r.check_left_at and lines_due_in(r, None, view, now)}  # fmt: skip
+    snapshots = {k: listed[k] for k in judged if k in listed} | settled
     view.records = {k: everyone[k] for k in snapshots}
     view.everyone, view.complete = everyone, False  # only every record can tell a line of a node nobody knows
     changes = fold(ctx, cluster, view, snapshots, round_id, round_seq_of(round_id), ask_operations)
-    for saved in save_and_announce(ctx, changes):
+    for saved in save_and_announce(ctx, [*changes, *view.seen]):
         everyone[saved.key] = saved
-        if saved.key in members:
-            members[saved.key] = saved
-    view.records, view.snapshots = members, listed
+    # Every member, and whatever else this look judged (a node another round left, now due for recovery).
+    keys = {k for k, r in checking.items() if r.round_id == round_id} | set(snapshots)
+    view.records, view.snapshots = {k: everyone[k] for k in keys}, listed
     return view
 
 
@@ -168,6 +171,9 @@ def fold(
         if (c := observe(cluster, view.records.get(key), snapshots.get(key), obs))
     ]
     note_look(ctx, view, results, changes, active if asked else None, now)
+    decided = {r.key for r, _ in changes}
+    view.seen = [seen for key, s in snapshots.items()
+                 if key not in decided and (seen := seen_while_settling(view.records.get(key), s, now))]  # fmt: skip
     return changes
 
 

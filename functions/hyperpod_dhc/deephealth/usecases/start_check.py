@@ -36,9 +36,12 @@ def start_check(ctx: Context, state: RoundState) -> RoundState:
         and unchanged_since(state.observed_at, meta.changed_at)
     )
     if fresh:
-        # The Claim's whole look just now found the members and judged what else was due: list only theirs.
+        # The Claim's whole look just now found the members (and judged what else was due then): list only theirs.
         view = observe_members(ctx, state.cluster, state.round_id, state.windows or [])
-    else:
+        # One the windows miss (claimed by an earlier try of the Claim, replaced since): look at the whole cluster.
+        fresh = all(r.key in view.snapshots for r in view.members(state.round_id))
+        view.records, view.complete = dict(view.names() or view.records), True
+    if not fresh:
         # Observing (not just listing) judges nodes still in the check of a round that died mid-check.
         view = observe_cluster(ctx, state.cluster, state.round_id, orphaned_before=state.round_seq, by_round=True)
     snapshots = view.snapshots
@@ -135,7 +138,7 @@ def start_check(ctx: Context, state: RoundState) -> RoundState:
             "done": not configs,
             "windows": windows,
             "observed_at": state.observed_at if fresh else now,
-            "acting": acting_on((view.names() or view.records).values()),
+            "acting": acting_on(view.records.values()),
         }
     )
 
