@@ -505,6 +505,10 @@ def _lift(slurm: SlurmCluster, nodes: list[str], how: str) -> None:
         slurm.run("scontrol", "reboot", "ASAP", "nextstate=RESUME", "reason=rebooted by an admin", names)
         for node in nodes:
             wait_for(lambda n=node: "REBOOT_ISSUED" in field(slurm.line(n), "State"), f"{node} reboot issued")
+        # slurmctld takes a boot no later than the second it issued the reboot for none (boot_time < boot_req_time,
+        # both whole seconds, the boot from slurmd's uptime clock) and waits out ResumeTimeout: boot a second later.
+        time.sleep(1.1)
+        for node in nodes:
             slurm.stop_slurmd(node)
             slurm.start_slurmd(node, rebooted=True)
         for node in nodes:
