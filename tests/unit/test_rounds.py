@@ -1,6 +1,6 @@
 import pytest
 
-from hyperpod_dhc.deephealth.domain.listing_windows import listing_windows, narrowed_windows
+from hyperpod_dhc.deephealth.domain.listing_windows import ListingWindow, listing_windows, narrowed_windows
 from hyperpod_dhc.deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState
 from hyperpod_dhc.deephealth.domain.policy import GroupContext, GroupPolicy, Mode
 from hyperpod_dhc.deephealth.domain.rounds import (
@@ -178,6 +178,17 @@ def test_a_rounds_tail_lists_fewer_pages_as_its_members_leave_the_check():
     assert _spans(narrowed_windows(two, [old[3], *new[-2:]], [*old, *listed])) == [
         (103.0, 103.0, "p5"), (1498.0, 1499.0, "p5")]  # fmt: skip
     assert _spans(narrowed_windows(two, new[-2:], [*old, *listed])) == [(1498.0, 1499.0, "p5")]
+
+
+def test_a_narrowed_window_keeps_the_group_filter_of_the_window_it_narrows():
+    """InstanceGroupNameContains "gpu" lists "gpu-spare" too: narrowed across both, the window must still filter by
+    "gpu", or it would list every group launched in that span (counted on what the "gpu" window listed)."""
+    gpu = [_node(i, "gpu", 1000.0 + i) for i in range(60)]
+    spare = [_node(100 + i, "gpu-spare", 1000.0 + i) for i in range(60)]
+    trn = [_node(200 + i, "trn1", 1000.0 + i) for i in range(300)]  # not listed by the "gpu" window
+    window = ListingWindow(launched_after=1000.0, launched_before=1059.0, group="gpu")
+    narrowed = narrowed_windows([window], [gpu[-1], spare[-1]], [*gpu, *spare, *trn])
+    assert narrowed is not None and {w.group for w in narrowed} <= {"gpu", "gpu-spare"}
 
 
 def test_a_tail_listing_keeps_its_windows_when_a_member_is_outside_them_or_unknown():

@@ -112,7 +112,8 @@ def narrowed_windows(
         narrowed = listing_windows(inside, [s for s in nodes if _within(s, w)])
         if narrowed is None:
             return None
-        out += narrowed
+        # Counted on what `w` listed: a window across groups inside one filtered by group keeps that filter.
+        out += [n.model_copy(update={"group": w.group}) if n.group is None else n for n in narrowed]
     if len(placed) < len({s.key for s in found}) or len(out) > MAX_WINDOWS:
         return None
     return sorted(out, key=lambda w: w.launched_after)
