@@ -83,6 +83,10 @@ def poll_check(ctx: Context, state: RoundState) -> RoundState:
         inside = [view.snapshots.get(r.key) for r in view.members(state.round_id) if r.check_left_at is None]
         if full:
             windows = listing_windows(inside, view.snapshots.values()) or windows
+        elif any(s is None for s in inside):
+            # A member in its check the windows missed (HyperPod replaced it: a new launch time; or one found with
+            # another instance while it settled): the next poll looks at the whole cluster, not the hourly one.
+            windows = None
         else:
             windows = narrowed_windows(state.windows or [], inside, view.snapshots.values()) or windows
     members = view.members(state.round_id)
