@@ -78,8 +78,6 @@ NOT_EXERCISED: dict[tuple[str, str], str] = {
     ("StartCheck", "sns:Publish"): "start_check -> shadow_checks: dry-run announces the check it would start",
     ("Api", "logs:FilterLogEvents"): "GET /clusters/{cluster}/nodes/{node}/capture -> capture_check: the node's "
     "result log events (hpdhc readings capture)",
-    ("Reconcile", "sns:Publish"): "reconcile_cluster -> overdue_waits: a node waited wait_alert_s for a check "
-    "(check-waiting); or observe_cluster -> note_look: a record no rule places (reading-observed)",
     ("StartCheck", "kms:GenerateDataKey"): "the topic's key, with StartCheck's sns:Publish",
     ("StartCheck", "kms:Decrypt"): "the topic's key, with StartCheck's sns:Publish",
 }
