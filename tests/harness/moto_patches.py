@@ -16,8 +16,13 @@
 (e) CloudWatch Logs filter patterns: moto matches only a plain term and lets anything else through; FilterLogEvents
     here honours a regular expression between % (what the controller's scan for late failures sends) and `?term`
     alternatives, as CloudWatch documents them, so a scan returns what AWS would return.
+(f) Speed only: every botocore session shares one loader, so each service model is parsed once a process, not once
+    a session (moto gives each mock its own default session and Powertools makes a session per provider: the
+    SageMaker model alone took a tenth of an integration test), and the interpreter's Lambda tasks share one client
+    a harness instead of building one a task; moto finds a response class's methods once, not once a request, and
+    its SNS signs with one key a process, not one a subscription.
 
-All three reach into moto internals; `tests/integration/test_moto_patches.py` fails loudly when they move.
+They reach into moto's and botocore's internals; `tests/integration/test_moto_patches.py` fails loudly when they move.
 """
 
 from __future__ import annotations
@@ -37,10 +42,14 @@ from typing import Any
 from unittest import mock
 
 import botocore.endpoint
+import botocore.loaders
+import botocore.session
 from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from moto.awslambda_simple.models import LambdaSimpleBackend
+from moto.core import responses as moto_responses
 from moto.core.botocore_stubber import BotocoreStubber, MockRawResponse
 from moto.logs import models as logs_models
+from moto.sns.models import Subscription
 from moto.stepfunctions.parser.asl.component.common.retry import jitter_strategy_decl, retrier_decl
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function import wait_function
@@ -201,6 +210,30 @@ def _filter_matches(pattern: str, message: str) -> bool:
     return all(t in message for t in all_of) and (not any_of or any(t in message for t in any_of))
 
 
+@functools.cache
+def _shared_loader(search_path_string: str | None = None) -> botocore.loaders.Loader:
+    return botocore.loaders.create_loader(search_path_string)
+
+
+_METHOD_NAMES = functools.cache(moto_responses.method_names_from_class)
+_ONE_KEY = functools.cache(functools.partial(Subscription.private_key.__wrapped__, None))  # moto's, not lru_cache'd
+
+
+def _signing_key(subscription: Subscription) -> Any:
+    return _ONE_KEY()
+
+
+def _one_client_a_service() -> Callable[..., Any]:
+    """moto's `boto_client_for`, one client a (region, service): its credentials are moto's own placeholders."""
+    build = lambda_eval_utils.boto_client_for
+
+    @functools.cache
+    def client(region: str, service: str) -> Any:
+        return build(region=region, service=service)
+
+    return lambda region, service, state_credentials=None: client(region, service)
+
+
 @contextlib.contextmanager
 def patched(
     on_wait: Callable[[float], None],
@@ -222,5 +255,9 @@ def patched(
         mock.patch.object(retrier_decl, "time", types.SimpleNamespace(sleep=lambda s: on_retry(float(s)))),
         mock.patch.object(jitter_strategy_decl, "random", random.Random(JITTER_SEED)),
         mock.patch.object(logs_models, "EventMessageFilter", CloudWatchFilter),
+        mock.patch.object(botocore.session, "create_loader", _shared_loader),
+        mock.patch.object(lambda_eval_utils, "boto_client_for", _one_client_a_service()),
+        mock.patch.object(moto_responses, "method_names_from_class", _METHOD_NAMES),
+        mock.patch.object(Subscription, "private_key", _signing_key),
     ):
         yield
