@@ -55,6 +55,25 @@ def test_a_warm_lambda_reads_only_what_was_saved_since_its_last_load(harness, fa
     assert len(reader.load_cluster("demo")) == 301 and reader.whole == 2
 
 
+@pytest.mark.controller_config({"clusters": ["elsewhere"]})  # no function of the controller writes demo's records
+def test_a_whole_reload_parses_only_the_records_that_changed(harness, fake, monkeypatch):
+    writer, reader = NodeTable(TABLE_NAME), Counted()
+    for i in range(50):
+        writer.save(record(i))
+    harness.advance(2 * SAVE_MARGIN_S)
+    reader.load_cluster("demo")
+    changed = writer.get("demo", "n0003").model_copy(update={"state": NodeState.PASSED})
+    parsed: list[str] = []
+    parse = NodeRecord.model_validate_json
+    monkeypatch.setattr(NodeRecord, "model_validate_json", lambda doc: parsed.append(doc) or parse(doc))
+    changed = writer.save(changed)
+    harness.advance(WHOLE_RELOAD_S)
+    records = reader.load_cluster("demo")
+    assert reader.whole == 2 and len(records) == 50
+    assert records["n0003"] == changed and records["n0003"].state == NodeState.PASSED
+    assert len(parsed) == 1, "the one record another Lambda changed is parsed; the 49 others are the ones held"
+
+
 @pytest.mark.controller_config({"clusters": ["demo"]})
 def test_an_idle_look_reads_no_record(harness, fake):
     writer, reader = NodeTable(TABLE_NAME), Counted()
