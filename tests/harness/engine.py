@@ -399,8 +399,16 @@ class Harness:
 
         backend: Any = stepfunctions_parser_backends[ACCOUNT][REGION]
         machine = backend.describe_state_machine(self.state_machine_arn)
-        # An execution another thread is starting has no status yet: it is about to run.
-        running = [e for e in list(machine.executions) if e.exec_status is None or e.exec_status.value == "RUNNING"]
+        for _ in range(100):
+            executions = list(machine.executions)
+            if all(e.exec_status is not None for e in executions):
+                break
+            # An execution another thread is starting has no status (nor worker: a stop would miss it) for a
+            # few milliseconds.
+            time.sleep(0.01)
+        else:
+            raise RuntimeError("moto never gave an execution its status")
+        running = [e for e in executions if e.exec_status.value == "RUNNING"]
         return [
             {
                 "executionArn": e.execution_arn,

@@ -210,13 +210,24 @@ def _filter_matches(pattern: str, message: str) -> bool:
     return all(t in message for t in all_of) and (not any_of or any(t in message for t in any_of))
 
 
+class _SearchPaths(list):
+    """A loader's search paths, each taken once: every boto3 session appends its data path to the loader it gets,
+    and one loader serves every session of the process."""
+
+    def append(self, path: str) -> None:
+        if path not in self:
+            super().append(path)
+
+
 @functools.cache
 def _shared_loader(search_path_string: str | None = None) -> botocore.loaders.Loader:
-    return botocore.loaders.create_loader(search_path_string)
+    loader = botocore.loaders.create_loader(search_path_string)
+    loader._search_paths = _SearchPaths(loader.search_paths)  # botocore's own list, deduplicated
+    return loader
 
 
-_METHOD_NAMES = functools.cache(moto_responses.method_names_from_class)
-_ONE_KEY = functools.cache(functools.partial(Subscription.private_key.__wrapped__, None))  # moto's, not lru_cache'd
+# moto's key of a subscription, made once a process (moto lru_caches it per subscription: one RSA key a harness).
+_ONE_KEY = functools.cache(functools.partial(Subscription.private_key.__wrapped__, None))
 
 
 def _signing_key(subscription: Subscription) -> Any:
@@ -257,7 +268,10 @@ def patched(
         mock.patch.object(logs_models, "EventMessageFilter", CloudWatchFilter),
         mock.patch.object(botocore.session, "create_loader", _shared_loader),
         mock.patch.object(lambda_eval_utils, "boto_client_for", _one_client_a_service()),
-        mock.patch.object(moto_responses, "method_names_from_class", _METHOD_NAMES),
+        # A response class's methods once a harness (install() has added the fake's operations by then).
+        mock.patch.object(
+            moto_responses, "method_names_from_class", functools.cache(moto_responses.method_names_from_class)
+        ),
         mock.patch.object(Subscription, "private_key", _signing_key),
     ):
         yield

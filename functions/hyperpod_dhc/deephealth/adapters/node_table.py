@@ -104,8 +104,8 @@ class NodeTable(RoundItem):
         records: dict[str, NodeRecord] = {}
         kwargs: dict[str, Any] = {
             "KeyConditionExpression": Key("pk").eq(cluster_pk(cluster)) & Key("sk").begins_with(NODE_PREFIX),
-            "ProjectionExpression": "#doc, sk",  # the version is inside the document
-            "ExpressionAttributeNames": {"#doc": "doc"},
+            "ProjectionExpression": "#doc, sk, #version",
+            "ExpressionAttributeNames": {"#doc": "doc", "#version": "version"},
         }
         while True:
             page = self.t.query(**kwargs)
@@ -138,8 +138,8 @@ class NodeTable(RoundItem):
             request: dict[str, Any] = {
                 self._name: {
                     "Keys": [{"pk": pk, "sk": NODE_PREFIX + k} for k in part],
-                    "ProjectionExpression": "#doc, sk",
-                    "ExpressionAttributeNames": {"#doc": "doc"},
+                    "ProjectionExpression": "#doc, sk, #version",
+                    "ExpressionAttributeNames": {"#doc": "doc", "#version": "version"},
                     "ConsistentRead": True,
                 }
             }
@@ -180,13 +180,12 @@ class NodeTable(RoundItem):
 
     def _parsed(self, cluster: str, item: dict[str, Any]) -> NodeRecord:
         """The record of a node item: the one parsed from (or saved as) the same document before, else the document
-        parsed (most of a whole load is documents that did not change, and parsing was most of its time).
-        Documents are compared by hash: one that changed carries a new version (every write is versioned), so a
-        record a collision kept is stale by version, and the conditional write of its next save fails (StaleRecord)
-        instead of overwriting anything."""
+        parsed (most of a whole load is documents that did not change, and parsing was most of its time). The same
+        document: the same version (each version of a node is written once) and the same hash."""
         key, doc = str(item["sk"]).removeprefix(NODE_PREFIX), item["doc"]
         digest = hash(doc)
-        if (held := self._parsed_docs.get((cluster, key))) is not None and held[0] == digest:
+        held = self._parsed_docs.get((cluster, key))
+        if held is not None and held[0] == digest and held[1].version == int(item["version"]):
             return held[1]
         record = NodeRecord.model_validate_json(doc)
         self._parsed_docs[(cluster, key)] = (digest, record)
