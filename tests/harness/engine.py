@@ -252,6 +252,21 @@ class Harness:
                 self._parked -= 1
             self._advance(beyond, park)
 
+    def hold(self, seconds: float) -> None:
+        """From now, no Wait passes `seconds` from now until a test's `advance` or `invoke` lifts it: with `settle`,
+        a test reads the world at a virtual time that thread scheduling cannot move (an execution's Wait moves the
+        clock on the execution's own thread)."""
+        with self._lock:
+            self._deadline = self.clock.now() + seconds
+
+    def settle(self, timeout_s: float = 60) -> None:
+        """Until every running execution waits at the `hold` deadline."""
+        deadline = time.monotonic() + timeout_s
+        while len(self.running()) > self._parked:
+            if time.monotonic() > deadline:
+                raise AssertionError("an execution never reached a Wait at the held deadline")
+            time.sleep(0.05)
+
     def _resume(self) -> None:
         if self._deadline is None:
             return

@@ -73,11 +73,12 @@ def test_duplicate_and_out_of_order_events_change_nothing_twice(harness, fake):
     lid = fake.add_node("demo", "workers", status="Running")
     late_started = _lifecycle_event(fake, lid, "11111111-1111-4111-8111-111111111111", state="Started")
     succeeded = _lifecycle_event(fake, lid, "22222222-2222-4222-8222-222222222222")
+    harness.hold(60)  # the round's Claim lists the cluster, then gathers arrivals: read it 60 s into the gathering
     for event in (succeeded, succeeded, late_started, succeeded):  # at least once, out of order
         harness.deliver(event)
     assert [e["name"] for e in harness.executions()] == ["demo-r000000"], "one round, however many events"
     assert not fake.calls["DescribeClusterNode"], "an event wakes the round; it is not a call per node"
-    harness.advance(60)  # the round's Claim has listed the cluster and is gathering arrivals
+    harness.settle()
     record = harness.records("demo")[lid]
     assert record.state == NodeState.PENDING and record.version == 1, record.history
 
