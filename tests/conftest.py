@@ -43,3 +43,22 @@ def load_event(name: str) -> dict:
 @pytest.fixture
 def event():
     return load_event
+
+
+# A worker under `--dist loadgroup` names each grouped test `<id>@<group>`: that suffix is all the scheduler groups
+# by. pytest 9.2 silently lost it (pytest-dev/pytest-xdist#1386) and each group spread over both workers, so the
+# fixtures a group shares (the infra synth, a module's twin) were built on both. Such a test fails, saying why (a
+# worker's collection error would reach the terminal only as an INTERNALERROR without its message).
+GROUP_LOST = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if hasattr(config, "workerinput") and config.getvalue("loadgroup"):
+        for item in items:
+            item.stash[GROUP_LOST] = bool(item.get_closest_marker("xdist_group")) and "@" not in item.nodeid
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.stash.get(GROUP_LOST, False):
+        pytest.fail("--dist loadgroup lost this test's xdist_group: pytest and pytest-xdist disagree on node ids")
