@@ -6,6 +6,7 @@ from hyperpod_dhc.deephealth.domain.nodes import NodeState
 from tests.fakes.hyperpod import GroupSpec
 
 
+@pytest.mark.heavy(70)
 @pytest.mark.controller_config({"clusters": ["big"], "defaults": {"gather_window_s": 0, "poll_interval_s": 300}})
 def test_a_3000_node_round_runs_with_node_state_out_of_the_payload(harness, fake):
     fake.check_duration_s["InstanceStress"] = 900.0  # keep the poll count (and the wall time) small

@@ -15,7 +15,7 @@ OLDEST_PYTHON = (3, 10)
 TIMEOUT_S = 1800
 TAIL_LINES = 80
 
-pytestmark = pytest.mark.xdist_group("oldest_python")
+pytestmark = [pytest.mark.xdist_group("oldest_python"), pytest.mark.heavy(150)]
 
 
 def test_the_bridge_tests_pass_on_the_oldest_supported_python():

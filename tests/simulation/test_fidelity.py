@@ -91,6 +91,7 @@ def test_every_reading_has_a_matrix_row_and_a_fidelity_row():
     assert not set(NAMES) - matrix, "matrix variants missing from FIDELITY.md's table"
 
 
+@pytest.mark.heavy(50)
 def test_the_documented_lines_verbatim_cost_no_job_hours(controller_template):
     """With the Slurm bridge at 70 % load, the page's lines verbatim keep as many job-hours as the trimmed lines."""
     hours = {}

@@ -16,6 +16,7 @@ from typing import Any
 from unittest import mock
 
 import boto3
+import pytest
 
 from hyperpod_dhc.deephealth.domain.nodes import NodeState, Verdict
 from tests.fakes.hyperpod import FakeHyperPod, GroupSpec
@@ -126,6 +127,7 @@ def test_a_replacement_budget_of_zero_holds_nodes_without_chaining_rounds(contro
     assert_invariants(report)
 
 
+@pytest.mark.heavy(70)
 def test_a_full_out_of_service_cap_does_not_chain_rounds_while_a_recovery_is_in_flight(controller_template):
     """Defect 3: with the group's out-of-service cap used by a recovery and passed nodes queued for
     re-validation, rounds were chained back to back (2,330 rounds in 248 s)."""
@@ -399,6 +401,7 @@ def test_an_on_demand_request_reads_the_records_instead_of_listing_the_cluster(c
     assert "ListClusterNodes" not in api_calls and api_calls.count("DescribeCluster") <= 1
 
 
+@pytest.mark.heavy(200)
 def test_an_800_node_storm_of_event_and_api_faults_ends_with_every_node_verdicted(controller_template):
     """The issue's acceptance run, whole (not horizon-capped): tests/scenarios/storm-800.json has 30 % duplicated,
     10 % dropped and 10 % delayed events, and 20 % throttling + 2 % 5xx on every AWS call a Lambda makes."""

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 SCENARIO: dict[str, Any] = {
     "name": "revalidate",
     "seed": 7,
@@ -20,6 +22,7 @@ SCENARIO: dict[str, Any] = {
 }
 
 
+@pytest.mark.heavy(160)
 def test_revalidation_rechecks_passed_nodes_only_when_idle_and_no_job_pays_for_it(simulate):
     report = simulate(SCENARIO)  # the shared invariants: no false or untested pass, every node has its verdict
     revalidation, exposure = report["revalidation"], report["exposure"]
