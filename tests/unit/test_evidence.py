@@ -21,9 +21,9 @@ from hyperpod_dhc.deephealth.domain.nodes import (
     Outcome,
     Verdict,
 )
-from hyperpod_dhc.deephealth.domain.result_log import ResultLog
+from hyperpod_dhc.deephealth.domain.result_log import ResultLog, failures_from, previous_verdict_at
 from hyperpod_dhc.deephealth.domain.verdicts import Look, judge_check, judge_late
-from hyperpod_dhc.deephealth.evidence.attribute import Ownership
+from hyperpod_dhc.deephealth.evidence.attribute import Ownership, node_evidence
 from hyperpod_dhc.deephealth.evidence.judge import Requirements
 from hyperpod_dhc.deephealth.evidence.records import Event
 from hyperpod_dhc.deephealth.evidence.rules import required_tests
@@ -326,6 +326,36 @@ def test_a_replaced_nodes_old_hostname_stops_being_its_own():
         (f.record.stream, how, owner) for f, how, owner in read([line(HOST_A, js("error", FAULT))], [a, c]).placed
     }
     assert placed == {(HOST_A, Ownership.OWN, "c")}
+
+
+def test_a_nodes_evidence_is_what_every_record_of_the_read_says_of_it():
+    """ResultLog indexes its records by owner (a look at a 1,000-node round no longer walks every record once a
+    node): each node's evidence is still what node_evidence makes of every record, whoever's stream it is on."""
+    rs = records()
+    gone = NodeRecord(cluster="c", key="g", group="g", instance_id="i-0ddddddddddddddd1", hostname="ip-10-1-0-7.x",
+                      state=NodeState.GONE, check_started_at=T0)  # fmt: skip
+    lines = [
+        *(line(B, plain(m)) for m in DOC_PASS),
+        line(A, js("error", FAULT)),
+        line(A, plain(DOC_PASS[1])),
+        line("3f2a9c", js("error", FAULT)),  # no node's
+        line("3f2a9c", plain(DOC_PASS[1])),
+        line("ip-10-9-9-9", js("error", FAULT)),  # no known node's, on a look without every record
+        line(gone.instance_id or "", js("error", FAULT)),  # a gone node's: retired
+        line(B, js("error", FAULT), at=T0 - 30),
+    ]
+    for complete in (True, False):
+        log = read(lines, [*rs, gone], complete=complete)
+        for r in (*rs, gone):
+            started, left, before, since = (
+                r.check_started_at or T0,
+                r.check_left_at,
+                previous_verdict_at(r),
+                failures_from(r),
+            )
+            whole = node_evidence(log.placed, r.key, started, left, before, None, since)
+            assert log.evidence(r) == whole, (complete, r.key)
+        assert {how for _, how, _ in log.placed} >= {Ownership.OWN, Ownership.RETIRED}
 
 
 def test_a_look_without_the_whole_listing_waits_for_one_before_a_stream_naming_a_stranger_counts():
