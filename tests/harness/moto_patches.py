@@ -20,16 +20,21 @@
     a session (moto gives each mock its own default session and Powertools makes a session per provider: the
     SageMaker model alone took a tenth of an integration test), and the interpreter's Lambda tasks share one client
     a harness instead of building one a task; moto finds a response class's methods once, not once a request, and
-    its SNS signs with one key a process, not one a subscription.
+    its SNS signs with one key a process, not one a subscription. moto's DynamoDB Query sorted every item of the table
+    by comparing its key objects (each comparison casting both values again), on every page, and walked the pages
+    before the one asked for: a Query of a partition now reads that partition from its exclusive start key, as
+    DynamoDB does, and items are sorted on their keys' values, cast once (the same order).
 
 They reach into moto's and botocore's internals; `tests/integration/test_moto_patches.py` fails loudly when they move.
 """
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import functools
 import importlib
+import inspect
 import json
 import os
 import random
@@ -48,6 +53,8 @@ from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.core import responses as moto_responses
 from moto.core.botocore_stubber import BotocoreStubber, MockRawResponse
+from moto.dynamodb.models.dynamo_type import DynamoType
+from moto.dynamodb.models.table import Table
 from moto.logs import models as logs_models
 from moto.sns.models import Subscription
 from moto.stepfunctions.parser.asl.component.common.retry import jitter_strategy_decl, retrier_decl
@@ -245,6 +252,65 @@ def _one_client_a_service() -> Callable[..., Any]:
     return lambda region, service, state_credentials=None: client(region, service)
 
 
+_QUERIED = threading.local()  # (table, hash key, exclusive start key) of the base-table Query this thread runs
+
+
+def _cast_key(item: Any) -> Any:
+    """An item's sort key in moto's all_items order, on cast values: DynamoType compares by them."""
+    return (item.hash_key.cast_value, item.range_key.cast_value) if item.range_key else item.hash_key.cast_value
+
+
+def _all_items(self: Table) -> list[Any]:
+    """moto's Table.all_items (every item, by hash then range key) or, inside a Query of the base table, only the
+    queried partition from the exclusive start key on (moto's query keeps only that partition's items and skips
+    those up to the start key: the same answer)."""
+    queried = getattr(_QUERIED, "query", None)
+    if queried is not None and queried[0] is self:
+        _, hash_key, start = queried
+        partition = self.items.get(hash_key)
+        if partition is None:
+            return []
+        if not self.range_key_attr:
+            return [partition]
+        items = sorted(partition.values(), key=lambda item: item.range_key.cast_value)
+        if start and self.range_key_attr in start and DynamoType(start[self.hash_key_attr]) == hash_key:
+            edge = DynamoType(start[self.range_key_attr]).cast_value
+            items = items[bisect.bisect_right([item.range_key.cast_value for item in items], edge) :]
+        return items
+    items = [
+        item for hash_set in self.items.values() for item in (hash_set.values() if self.range_key_attr else [hash_set])
+    ]
+    return sorted(items, key=_cast_key)
+
+
+def _sorted_items(
+    self: Table, hash_key_attrs: list[str], range_key_attrs: list[str | None], items: list[Any]
+) -> list[Any]:
+    """moto's Table.sorted_items on cast values."""
+    attrs = self._generate_attr_to_sort_by(hash_key_attrs, range_key_attrs)
+    items.sort(key=lambda item: tuple(item.attrs[a].cast_value for a in attrs))
+    return items
+
+
+_TABLE_QUERY = inspect.signature(Table.query)
+
+
+def _query_reading_its_partition(query: Callable[..., Any]) -> Callable[..., Any]:
+    def run(self: Table, *args: Any, **kwargs: Any) -> Any:
+        called = _TABLE_QUERY.bind(self, *args, **kwargs).arguments
+        forward = called.get("scan_index_forward", True) is not False
+        if called.get("index_name") or called.get("hash_key") is None:
+            return query(self, *args, **kwargs)
+        start = called.get("exclusive_start_key") if forward else None
+        _QUERIED.query = (self, called["hash_key"], start)
+        try:
+            return query(self, *args, **kwargs)
+        finally:
+            _QUERIED.query = None
+
+    return run
+
+
 @contextlib.contextmanager
 def patched(
     on_wait: Callable[[float], None],
@@ -273,5 +339,8 @@ def patched(
             moto_responses, "method_names_from_class", functools.cache(moto_responses.method_names_from_class)
         ),
         mock.patch.object(Subscription, "private_key", _signing_key),
+        mock.patch.object(Table, "all_items", _all_items),
+        mock.patch.object(Table, "sorted_items", _sorted_items),
+        mock.patch.object(Table, "query", _query_reading_its_partition(Table.query)),
     ):
         yield
