@@ -23,7 +23,9 @@
     its SNS signs with one key a process, not one a subscription. moto's DynamoDB Query sorted every item of the table
     by comparing its key objects (each comparison casting both values again), on every page, and walked the pages
     before the one asked for: a Query of a partition now reads that partition from its exclusive start key, as
-    DynamoDB does, and items are sorted on their keys' values, cast once (the same order).
+    DynamoDB does, and items are sorted on their keys' values, cast once (the same order). Its JSON serializer walked
+    the ten members of the AttributeValue union for every attribute of every item returned: a string or number
+    value (`{"S": "..."}`, `{"N": "..."}`), already in wire form, is now written as it is (the same JSON).
 
 They reach into moto's and botocore's internals; `tests/integration/test_moto_patches.py` fails loudly when they move.
 """
@@ -53,6 +55,7 @@ from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.core import responses as moto_responses
 from moto.core.botocore_stubber import BotocoreStubber, MockRawResponse
+from moto.core.serialize import BaseJSONSerializer
 from moto.dynamodb.models.dynamo_type import DynamoType
 from moto.dynamodb.models.table import Table
 from moto.logs import models as logs_models
@@ -311,6 +314,24 @@ def _query_reading_its_partition(query: Callable[..., Any]) -> Callable[..., Any
     return run
 
 
+_WIRE_SCALARS = frozenset({"S", "N"})
+
+
+def _serialize_scalars_as_they_are(serialize: Callable[..., None]) -> Callable[..., None]:
+    """moto's JSON `_serialize`, but a DynamoDB AttributeValue holding one string or number goes out as it is: what
+    the union's serializer makes of it (its one member, a string, str()'d)."""
+
+    def run(self: Any, serialized: Any, value: Any, shape: Any, key: str) -> None:
+        if key and shape.name == "AttributeValue" and type(value) is dict and len(value) == 1:
+            ((kind, scalar),) = value.items()
+            if kind in _WIRE_SCALARS and type(scalar) is str:
+                self._default_serialize(serialized, {kind: scalar}, shape, key)
+                return
+        serialize(self, serialized, value, shape, key)
+
+    return run
+
+
 @contextlib.contextmanager
 def patched(
     on_wait: Callable[[float], None],
@@ -342,5 +363,8 @@ def patched(
         mock.patch.object(Table, "all_items", _all_items),
         mock.patch.object(Table, "sorted_items", _sorted_items),
         mock.patch.object(Table, "query", _query_reading_its_partition(Table.query)),
+        mock.patch.object(
+            BaseJSONSerializer, "_serialize", _serialize_scalars_as_they_are(BaseJSONSerializer._serialize)
+        ),
     ):
         yield
