@@ -276,7 +276,11 @@ def _all_items(self: Table) -> list[Any]:
         if not self.range_key_attr:
             return [partition]
         items = sorted(partition.values(), key=lambda item: item.range_key.cast_value)
-        if start and self.range_key_attr in start and DynamoType(start[self.hash_key_attr]) == hash_key:
+        if (
+            start
+            and {self.hash_key_attr, self.range_key_attr} <= set(start)
+            and DynamoType(start[self.hash_key_attr]) == hash_key
+        ):
             edge = DynamoType(start[self.range_key_attr]).cast_value
             items = items[bisect.bisect_right([item.range_key.cast_value for item in items], edge) :]
         return items
