@@ -107,7 +107,8 @@ lint: install
 	$(VENV)/bin/mypy --python-version 3.10 -p hyperpod_dhc.hpdhc -p hyperpod_dhc.deephealth.evidence  # what runs on the oldest Python (requires-python)
 
 test: install lint
-	$(PY) -m pytest -n 2 --dist loadgroup --durations=15  # the slowest 15 tests, for the suite's time budget
+	# --no-loadscope-reorder: work goes out in collection order, heaviest first (tests/conftest.py), not the groups first.
+	$(PY) -m pytest -n 2 --dist loadgroup --no-loadscope-reorder --durations=15  # the slowest 15, for the time budget
 
 unit: install
 	$(PY) -m pytest tests/unit

@@ -55,11 +55,19 @@ GROUP_LOST = pytest.StashKey[bool]()
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # The heaviest tests first (`heavy`, a stable sort: the rest keep their order): under xdist a worker that
-    # starts a 3-minute test near the end leaves the other idle for those minutes.
-    items.sort(key=lambda item: -(mark.args[0] if (mark := item.get_closest_marker("heavy")) else 0))
+    # starts a 3-minute test near the end leaves the other idle for those minutes. `make test` keeps this order
+    # (--no-loadscope-reorder): by default xdist sends every group of several tests out first.
+    items.sort(key=lambda item: -_heavy_seconds(item))
     if hasattr(config, "workerinput") and config.getvalue("loadgroup"):
         for item in items:
-            item.stash[GROUP_LOST] = bool(item.get_closest_marker("xdist_group")) and "@" not in item.nodeid
+            # xdist's own rule for a suffix: an @ after any parametrize id's closing bracket.
+            suffixed = item.nodeid.rfind("@") > item.nodeid.rfind("]")
+            item.stash[GROUP_LOST] = bool(item.get_closest_marker("xdist_group")) and not suffixed
+
+
+def _heavy_seconds(item: pytest.Item) -> float:
+    mark = item.get_closest_marker("heavy")
+    return 0.0 if mark is None else float(mark.kwargs.get("seconds", mark.args[0] if mark.args else 0))
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
