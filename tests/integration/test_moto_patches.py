@@ -1,6 +1,7 @@
 """Fails loudly when moto's internals that `tests/harness/moto_patches.py` replaces move or change shape."""
 
 import inspect
+from decimal import Decimal
 
 import pytest
 from moto.awslambda_simple.models import LambdaSimpleBackend
@@ -140,5 +141,46 @@ def test_a_query_answers_page_for_page_as_moto_does():
 
     expected = answers()
     assert any(len(p) > 2 for p in expected[:1]), "pages cut by size (1 MB) as well as by Limit"
+    with moto_patches.patched(on_wait=lambda s: None):
+        assert answers() == expected
+
+
+def test_a_query_of_number_keys_a_hash_only_table_and_a_deleted_start_key_answers_as_moto_does():
+    import boto3
+    from boto3.dynamodb.conditions import Key
+    from moto import mock_aws
+
+    from tests.harness import moto_patches
+
+    def answers() -> list:
+        with mock_aws():
+            ddb = boto3.resource("dynamodb", region_name="us-east-1")
+            numbered = ddb.create_table(
+                TableName="n",
+                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "at", "KeyType": "RANGE"}],
+                AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"},
+                                      {"AttributeName": "at", "AttributeType": "N"}],
+                BillingMode="PAY_PER_REQUEST",
+            )  # fmt: skip
+            hashed = ddb.create_table(
+                TableName="h",
+                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                BillingMode="PAY_PER_REQUEST",
+            )
+            for i, at in enumerate(["1", "1.5", "10", "2", "-3", "100.25", "9", "0.5", "20", "3"] * 3):
+                numbered.put_item(Item={"pk": f"p{i % 2}", "at": Decimal(at) + i, "v": i})
+                hashed.put_item(Item={"pk": f"h{i}", "v": i})
+            out = [_query_pages(numbered, KeyConditionExpression=Key("pk").eq("p1"), Limit=4),
+                   _query_pages(numbered, KeyConditionExpression=Key("pk").eq("p0") & Key("at").gt(5), Limit=3),
+                   _query_pages(hashed, KeyConditionExpression=Key("pk").eq("h7")),
+                   _query_pages(hashed, KeyConditionExpression=Key("pk").eq("nobody"))]  # fmt: skip
+            first = numbered.query(KeyConditionExpression=Key("pk").eq("p0"), Limit=5)
+            numbered.delete_item(Key=first["LastEvaluatedKey"])  # the next page starts from a key that is gone
+            rest = _query_pages(numbered, KeyConditionExpression=Key("pk").eq("p0"), Limit=5,
+                                ExclusiveStartKey=first["LastEvaluatedKey"])  # fmt: skip
+            return [*out, first["Items"], rest]
+
+    expected = answers()
     with moto_patches.patched(on_wait=lambda s: None):
         assert answers() == expected
