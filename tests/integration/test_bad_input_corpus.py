@@ -28,6 +28,8 @@ EVENT_CASES = load_cases("events.json")
 API_CASES = load_cases("api.json")
 MAX_ANSWER = 10_000  # bytes: an answer never echoes a large input back
 SERVICE_LOGGER = "hyperpod-dhc"
+# One worker runs the module: its `world` is built once, not once a worker.
+pytestmark = pytest.mark.xdist_group("bad_input_corpus")
 
 
 @pytest.fixture(scope="module")

@@ -25,6 +25,9 @@ TINY = {
 }
 
 
+# One worker runs the module, so its one run of every controller (`tiny`) is made once, not once a worker.
+pytestmark = pytest.mark.xdist_group("bench_tiny")
+
 # Jobs on the nodes, so the exposure rows count something.
 TINY_JOBS = {**TINY, "workload": {"utilisation": 0.6, "job_s": [600, 3600]}}
 
