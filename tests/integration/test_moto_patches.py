@@ -68,6 +68,7 @@ def test_the_table_query_names_what_the_partition_read_binds():
 
     params = inspect.signature(Table.query).parameters
     assert {"hash_key", "exclusive_start_key", "scan_index_forward", "index_name"} <= set(params)
+    assert {"hash_key_conditions", "range_key_conditions", "filter_kwargs"} <= set(params)
     assert list(inspect.signature(Table.sorted_items).parameters) == [
         "self",
         "hash_key_attrs",
@@ -91,7 +92,7 @@ def _query_pages(table, **query):
 def test_a_query_answers_page_for_page_as_moto_does():
     """moto_patches (f) reads a Query's partition from its start key, sorts on cast values and writes string and
     number attribute values as they are: every page the same as moto's own, forward and backward, with a key
-    condition, a GSI, a projection, a limit and pages cut by size; a scan, a GetItem and a BatchGetItem, with
+    condition, a GSI (every range comparison), a projection, a limit and pages cut by size; a scan, a GetItem and a BatchGetItem, with
     attribute values of every type."""
     import boto3
     from boto3.dynamodb.conditions import Key
@@ -128,6 +129,15 @@ def test_a_query_answers_page_for_page_as_moto_does():
                 {"KeyConditionExpression": Key("pk").eq("c#9")},
                 {"IndexName": "saved", "KeyConditionExpression": Key("pk").eq("c#1") & Key("saved_at").gte(12)},
                 {"IndexName": "saved", "KeyConditionExpression": Key("pk").eq("c#2"), "Limit": 5},
+                {"IndexName": "saved", "KeyConditionExpression": Key("pk").eq("c#1") & Key("saved_at").gte(12),
+                 "ScanIndexForward": False},
+                {"IndexName": "saved", "KeyConditionExpression": Key("pk").eq("c#0") & Key("saved_at").gte(30),
+                 "Limit": 1},
+                {"IndexName": "saved", "KeyConditionExpression": Key("pk").eq("c#0") & Key("saved_at").between(3, 20),
+                 "Limit": 4},
+                {"IndexName": "saved", "KeyConditionExpression": Key("pk").eq("c#2") & Key("saved_at").lt(5)},
+                {"IndexName": "saved", "KeyConditionExpression": Key("pk").eq("c#2") & Key("saved_at").eq(9)},
+                {"IndexName": "saved", "KeyConditionExpression": Key("pk").eq("c#9") & Key("saved_at").gt(0)},
             ]  # fmt: skip
             pages = [_query_pages(table, **q) for q in queries]
             pages.append(table.scan()["Items"])
@@ -184,3 +194,33 @@ def test_a_query_of_number_keys_a_hash_only_table_and_a_deleted_start_key_answer
     expected = answers()
     with moto_patches.patched(on_wait=lambda s: None):
         assert answers() == expected
+
+
+def test_a_page_is_cut_by_the_size_of_the_items_its_key_condition_holds():
+    """Where moto_patches (f) answers otherwise than moto: DynamoDB reads only the items a Query's key condition holds
+    (a filter is applied after the read), so only their size fills a page's 1 MB. moto counted the items after them
+    that the condition leaves out, and ended a page there: a LastEvaluatedKey, then an empty page."""
+    import boto3
+    from boto3.dynamodb.conditions import Key
+    from moto import mock_aws
+
+    from tests.harness import moto_patches
+
+    with mock_aws(), moto_patches.patched(on_wait=lambda s: None):
+        table = boto3.resource("dynamodb", region_name="us-east-1").create_table(
+            TableName="t",
+            KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+            AttributeDefinitions=[{"AttributeName": n, "AttributeType": t} for n, t in
+                                  (("pk", "S"), ("sk", "S"), ("at", "N"))],
+            GlobalSecondaryIndexes=[{"IndexName": "byat", "Projection": {"ProjectionType": "KEYS_ONLY"},
+                                     "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"},
+                                                   {"AttributeName": "at", "KeyType": "RANGE"}]}],
+            BillingMode="PAY_PER_REQUEST",
+        )  # fmt: skip
+        for i in range(33):  # 33 x 30 kB held by the key conditions below, then 300 kB that neither holds
+            table.put_item(Item={"pk": "p", "sk": f"node#{i:02d}", "at": i, "doc": "x" * 30000})
+        table.put_item(Item={"pk": "p", "sk": "round", "at": 99, "doc": "x" * 300000})
+        nodes = _query_pages(table, KeyConditionExpression=Key("pk").eq("p") & Key("sk").begins_with("node#"))
+        early = _query_pages(table, IndexName="byat", KeyConditionExpression=Key("pk").eq("p") & Key("at").lt(33))
+    assert [len(items) for items, *_ in nodes] == [33] and nodes[0][1] is None
+    assert [len(items) for items, *_ in early] == [33] and early[0][1] is None
