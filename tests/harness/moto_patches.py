@@ -25,7 +25,10 @@
     before the one asked for: a Query of a partition now reads that partition from its exclusive start key, as
     DynamoDB does, and items are sorted on their keys' values, cast once (the same order). A Query of an index
     (the controller's "saved since t?") sorts only the items its key condition holds: the same items, but a page
-    is cut by their size alone, as DynamoDB cuts it, where moto counted the items left out. Its JSON serializer walked
+    is cut by their size alone, as DynamoDB cuts it, where moto counted the items left out. A projection of
+    top-level strings and numbers takes them as they are (moto turned the whole item into plain Python and back once
+    a name), and moto's deep copy of the items a Query read is skipped when each of them is projected into a new
+    one anyway. Its JSON serializer walked
     the ten members of the AttributeValue union for every attribute of every item returned: a string or number
     value (`{"S": "..."}`, `{"N": "..."}`), already in wire form, is now written as it is (the same JSON).
 
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import copy
 import functools
 import importlib
 import inspect
@@ -61,6 +65,7 @@ from moto.core import responses as moto_responses
 from moto.core.botocore_stubber import BotocoreStubber, MockRawResponse
 from moto.core.serialize import BaseJSONSerializer
 from moto.dynamodb.models import dynamo_type
+from moto.dynamodb.models import table as table_module
 from moto.dynamodb.models.dynamo_type import DynamoType, Item, LimitedSizeDict
 from moto.dynamodb.models.table import RESULT_SIZE_LIMIT, Table
 from moto.logs import models as logs_models
@@ -260,7 +265,8 @@ def _one_client_a_service() -> Callable[..., Any]:
     return lambda region, service, state_credentials=None: client(region, service)
 
 
-_QUERIED = threading.local()  # (table, what its key condition reaches) of the Query this thread runs
+# The Query this thread runs: `query`, (table, what its key condition reaches); `projected`, see run() below.
+_QUERIED = threading.local()
 
 
 def _cast_key(item: Any) -> Any:
@@ -412,23 +418,36 @@ def _query_reading_its_partition(query: Callable[..., Any]) -> Callable[..., Any
         called = _TABLE_QUERY.bind(self, *args, **kwargs).arguments
         forward = called.get("scan_index_forward", True) is not False
         hashed, ranged = called.get("hash_key_conditions") or [], called.get("range_key_conditions") or []
-        if called.get("index_name"):
-            if len(hashed) != 1 or len(ranged) > 1 or called.get("filter_kwargs"):
-                return query(self, *args, **kwargs)
-            _QUERIED.query = (self, lambda: _meeting_key_condition(self, hashed[0], ranged[0] if ranged else None))
+        index: Any = called.get("index_name")
+        reach: Callable[[], list[Any]] | None = None
+        if index:
+            if len(hashed) == 1 and len(ranged) <= 1 and not called.get("filter_kwargs"):
+                reach = functools.partial(_meeting_key_condition, self, hashed[0], ranged[0] if ranged else None)
         elif called.get("hash_key") is not None and len(ranged) <= 1 and not called.get("filter_kwargs"):
             # Backward: the whole partition (moto reverses it, then skips to the start key).
             start = called.get("exclusive_start_key") if forward else None
             page = (ranged[0] if ranged else None, called.get("limit")) if forward else None
-            _QUERIED.query = (self, lambda: _partition_from(self, called["hash_key"], start, page))
-        else:
-            return query(self, *args, **kwargs)
+            reach = functools.partial(_partition_from, self, called["hash_key"], start, page)
+        # Every item returned is projected into a new one (a ProjectionExpression, or an index that keeps only some
+        # attributes): moto's copy of the items it read would be thrown away unread.
+        projected = bool(called.get("projection_expressions")) or (
+            bool(index) and (self.get_index(index).projection or {}).get("ProjectionType") in ("KEYS_ONLY", "INCLUDE")
+        )
+        _QUERIED.query, _QUERIED.projected = (self, reach) if reach else None, projected
         try:
             return query(self, *args, **kwargs)
         finally:
-            _QUERIED.query = None
+            _QUERIED.query, _QUERIED.projected = None, False
 
     return run
+
+
+def _deepcopy_unless_projected(value: Any, memo: dict[int, Any] | None = None) -> Any:
+    """`copy.deepcopy` as moto's table module calls it, but inside a Query whose every item is projected into a new
+    one (`_QUERIED.projected`) its copy of the items read is a plain list of them (the projection copies)."""
+    if getattr(_QUERIED, "projected", False) and type(value) is list:
+        return list(value)
+    return copy.deepcopy(value, memo)
 
 
 _LIST_ELEMENT = re.compile(r"(.+)\[(\d+)\]$")  # moto's find_nested_key: a path into a list
@@ -516,6 +535,9 @@ def patched(
         mock.patch.object(Table, "put_item", _noting_new_keys(Table.put_item)),
         mock.patch.object(Table, "delete_item", _noting_new_keys(Table.delete_item)),
         mock.patch.object(Item, "project", _project_top_level_scalars(Item.project)),
+        mock.patch.object(
+            table_module, "copy", types.SimpleNamespace(deepcopy=_deepcopy_unless_projected, copy=copy.copy)
+        ),
         mock.patch.object(
             BaseJSONSerializer, "_serialize", _serialize_scalars_as_they_are(BaseJSONSerializer._serialize)
         ),

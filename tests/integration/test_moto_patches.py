@@ -68,7 +68,7 @@ def test_the_table_query_names_what_the_partition_read_binds():
 
     params = inspect.signature(Table.query).parameters
     assert {"hash_key", "exclusive_start_key", "scan_index_forward", "index_name"} <= set(params)
-    assert {"hash_key_conditions", "range_key_conditions", "filter_kwargs"} <= set(params)
+    assert {"hash_key_conditions", "range_key_conditions", "filter_kwargs", "projection_expressions"} <= set(params)
     assert list(inspect.signature(Table.sorted_items).parameters) == [
         "self",
         "hash_key_attrs",
