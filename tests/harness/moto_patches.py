@@ -292,6 +292,7 @@ _ORDERED: weakref.WeakKeyDictionary[Table, tuple[int, dict[Any, tuple[list[Any],
     weakref.WeakKeyDictionary()
 )
 _KEY_CHANGES: weakref.WeakKeyDictionary[Table, int] = weakref.WeakKeyDictionary()
+_KEY_WRITE = threading.Lock()  # one counted write at a time: two overlapping ones could each see the count unchanged
 
 
 def _item_count(table: Table) -> int:
@@ -303,23 +304,26 @@ def _noting_new_keys(write: Callable[..., Any]) -> Callable[..., Any]:
     """moto's Table.put_item or delete_item, noting when an item came or went (not when one was overwritten)."""
 
     def run(self: Table, *args: Any, **kwargs: Any) -> Any:
-        before = _item_count(self)
-        try:
-            return write(self, *args, **kwargs)
-        finally:
-            if _item_count(self) != before:
-                _KEY_CHANGES[self] = _KEY_CHANGES.get(self, 0) + 1
+        with _KEY_WRITE:
+            before = _item_count(self)
+            try:
+                return write(self, *args, **kwargs)
+            finally:
+                if _item_count(self) != before:
+                    _KEY_CHANGES[self] = _KEY_CHANGES.get(self, 0) + 1
 
     return run
 
 
-def _ordered(table: Table, hash_key: Any, partition: dict[Any, Any]) -> tuple[list[Any], list[Any]]:
+def _ordered(
+    table: Table, hash_key: Any, partition: dict[Any, Any], again: bool = False
+) -> tuple[list[Any], list[Any]]:
     changes = _KEY_CHANGES.get(table, 0)
     known = _ORDERED.get(table)
     if known is None or known[0] != changes:
         known = (changes, {})
         _ORDERED[table] = known
-    if hash_key not in known[1] or len(known[1][hash_key][0]) != len(partition):
+    if again or hash_key not in known[1] or len(known[1][hash_key][0]) != len(partition):
         keys = sorted(partition, key=lambda key: key.cast_value)
         known[1][hash_key] = (keys, [key.cast_value for key in keys])
     return known[1][hash_key]
@@ -333,7 +337,7 @@ def _partition_from(
 ) -> list[Any]:
     """A base-table Query's partition from its exclusive start key on, by range key; with `page` (the range condition,
     None: every item; the Limit), only the items the range condition holds, up to the one at which moto's loop ends
-    the page (`limit` items, or 1 MB).
+    the page (the item after the `limit`-th, whatever it is, or the one past 1 MB).
     moto's query keeps only that partition's items, skips those up to the start key and reads on until the page is
     full: the same page, but a page is cut by the size of the items the key condition holds alone, as DynamoDB cuts
     it, where moto counted those it left out."""
@@ -342,26 +346,40 @@ def _partition_from(
         return []
     if not table.range_key_attr:
         return [partition]
-    keys, casts = _ordered(table, hash_key, partition)
+    try:
+        return _reached(table, hash_key, partition, start, page, _ordered(table, hash_key, partition))
+    except KeyError:  # a key gone that the order still held (a write this module did not see): sort again
+        return _reached(table, hash_key, partition, start, page, _ordered(table, hash_key, partition, again=True))
+
+
+def _reached(  # see _partition_from
+    table: Table,
+    hash_key: Any,
+    partition: dict[Any, Any],
+    start: dict[str, Any] | None,
+    page: tuple[tuple[str, str, list[Any]] | None, int | None] | None,
+    order: tuple[list[Any], list[Any]],
+) -> list[Any]:
+    (keys, casts), ranges = order, str(table.range_key_attr)
     first = 0
-    if (
-        start
-        and {table.hash_key_attr, table.range_key_attr} <= set(start)
-        and DynamoType(start[table.hash_key_attr]) == hash_key
-    ):
-        first = bisect.bisect_right(casts, DynamoType(start[table.range_key_attr]).cast_value)
+    if start and {table.hash_key_attr, ranges} <= set(start) and DynamoType(start[table.hash_key_attr]) == hash_key:
+        first = bisect.bisect_right(casts, DynamoType(start[ranges]).cast_value)
     if page is None:
         return [partition[key] for key in itertools.islice(keys, first, None)]
-    (ranged, limit), items, size = page, [], 0
+    (ranged, limit), size = page, 0
+    items: list[Any] = []
     for key in itertools.islice(keys, first, None):
         item = partition[key]
+        if len(items) == limit:
+            items.append(item)  # moto ends a full page at the next item, whatever it holds: a LastEvaluatedKey
+            break
         if ranged is not None:
             bound = item.attrs.get(ranged[0])
             if not bound or not bound.compare(ranged[1], ranged[2]):
                 continue
         items.append(item)
         size += item.size()
-        if len(items) - 1 == limit or size > RESULT_SIZE_LIMIT:
+        if size > RESULT_SIZE_LIMIT:
             break  # moto's loop ends the page at this item
     return items
 
@@ -420,18 +438,23 @@ def _query_reading_its_partition(query: Callable[..., Any]) -> Callable[..., Any
         hashed, ranged = called.get("hash_key_conditions") or [], called.get("range_key_conditions") or []
         index: Any = called.get("index_name")
         reach: Callable[[], list[Any]] | None = None
-        if index:
-            if len(hashed) == 1 and len(ranged) <= 1 and not called.get("filter_kwargs"):
-                reach = functools.partial(_meeting_key_condition, self, hashed[0], ranged[0] if ranged else None)
-        elif called.get("hash_key") is not None and len(ranged) <= 1 and not called.get("filter_kwargs"):
+        if (called.get("range_comparison") and not ranged) or called.get("filter_kwargs"):
+            pass  # a range comparison given without its key conditions (moto's backend passes both), or a QueryFilter
+        elif index:
+            if len(hashed) == 1 and len(ranged) <= 1:
+                # With a Limit, every item of the hash: moto ends a full page at the next one, whatever it holds.
+                condition = ranged[0] if ranged and called.get("limit") is None else None
+                reach = functools.partial(_meeting_key_condition, self, hashed[0], condition)
+        elif called.get("hash_key") is not None and len(ranged) <= 1:
             # Backward: the whole partition (moto reverses it, then skips to the start key).
             start = called.get("exclusive_start_key") if forward else None
             page = (ranged[0] if ranged else None, called.get("limit")) if forward else None
             reach = functools.partial(_partition_from, self, called["hash_key"], start, page)
         # Every item returned is projected into a new one (a ProjectionExpression, or an index that keeps only some
         # attributes): moto's copy of the items it read would be thrown away unread.
+        indexes = {i.name: i for i in self.all_indexes()}
         projected = bool(called.get("projection_expressions")) or (
-            bool(index) and (self.get_index(index).projection or {}).get("ProjectionType") in ("KEYS_ONLY", "INCLUDE")
+            index in indexes and (indexes[index].projection or {}).get("ProjectionType") in ("KEYS_ONLY", "INCLUDE")
         )
         _QUERIED.query, _QUERIED.projected = (self, reach) if reach else None, projected
         try:
@@ -542,4 +565,8 @@ def patched(
             BaseJSONSerializer, "_serialize", _serialize_scalars_as_they_are(BaseJSONSerializer._serialize)
         ),
     ):
-        yield
+        _ORDERED.clear()  # an order kept is good only while every write is counted: under these patches
+        try:
+            yield
+        finally:
+            _ORDERED.clear()

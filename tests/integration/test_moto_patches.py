@@ -92,8 +92,8 @@ def _query_pages(table, **query):
 def test_a_query_answers_page_for_page_as_moto_does():
     """moto_patches (f) reads a Query's partition from its start key, sorts on cast values and writes string and
     number attribute values as they are: every page the same as moto's own, forward and backward, with a key
-    condition, a GSI (every range comparison), a projection, a limit and pages cut by size; a scan, a GetItem and a BatchGetItem, with
-    attribute values of every type."""
+    condition, a GSI (every range comparison), a projection, a limit (one filled exactly included) and pages cut by
+    size; a scan, a GetItem and a BatchGetItem, with attribute values of every type."""
     import boto3
     from boto3.dynamodb.conditions import Key
     from moto import mock_aws
@@ -136,6 +136,11 @@ def test_a_query_answers_page_for_page_as_moto_does():
                 {"IndexName": "saved", "KeyConditionExpression": Key("pk").eq("c#0") & Key("saved_at").between(3, 20),
                  "Limit": 4},
                 {"IndexName": "saved", "KeyConditionExpression": Key("pk").eq("c#2") & Key("saved_at").lt(5)},
+                {"IndexName": "saved", "KeyConditionExpression": Key("pk").eq("c#2") & Key("saved_at").lt(5),
+                 "Limit": 4},
+                {"KeyConditionExpression": Key("pk").eq("c#0") & Key("sk").begins_with("meta#"), "Limit": 16},
+                {"KeyConditionExpression": Key("pk").eq("c#0") & Key("sk").begins_with("meta#"), "Limit": 5},
+                {"KeyConditionExpression": Key("pk").eq("c#1") & Key("sk").lt("node#100"), "Limit": 40},
                 {"IndexName": "saved", "KeyConditionExpression": Key("pk").eq("c#2") & Key("saved_at").eq(9)},
                 {"IndexName": "saved", "KeyConditionExpression": Key("pk").eq("c#9") & Key("saved_at").gt(0)},
             ]  # fmt: skip
