@@ -62,7 +62,7 @@ def test_a_retry_back_off_advances_virtual_time_instead_of_sleeping(harness, fak
 
 
 def test_the_table_query_names_what_the_partition_read_binds():
-    """moto_patches (f) reads these of Table.query's arguments by name: renamed, the patch would pass every Query
+    """moto_dynamodb reads these of Table.query's arguments by name: renamed, the patch would pass every Query
     through unchanged (still right, the old speed), so say it here."""
     from moto.dynamodb.models.table import Table
 
@@ -90,7 +90,7 @@ def _query_pages(table, **query):
 
 
 def test_a_query_answers_page_for_page_as_moto_does():
-    """moto_patches (f) reads a Query's partition from its start key, sorts on cast values and writes string and
+    """moto_dynamodb reads a Query's partition from its start key, sorts on cast values and writes string and
     number attribute values as they are: every page the same as moto's own, forward and backward, with a key
     condition, a GSI (every range comparison), a projection, a limit (one filled exactly included) and pages cut by
     size; a scan, a GetItem and a BatchGetItem, with attribute values of every type."""
@@ -202,7 +202,7 @@ def test_a_query_of_number_keys_a_hash_only_table_and_a_deleted_start_key_answer
 
 
 def test_a_page_is_cut_by_the_size_of_the_items_its_key_condition_holds():
-    """Where moto_patches (f) answers otherwise than moto: DynamoDB reads only the items a Query's key condition holds
+    """Where moto_dynamodb answers otherwise than moto: DynamoDB reads only the items a Query's key condition holds
     (a filter is applied after the read), so only their size fills a page's 1 MB. moto counted the items after them
     that the condition leaves out, and ended a page there: a LastEvaluatedKey, then an empty page."""
     import boto3
