@@ -15,7 +15,9 @@
     interpreter's Lambda task invocations are marked as the state machine's (`iam.invoked_by("states")`).
 (e) CloudWatch Logs filter patterns: moto matches only a plain term and lets anything else through; FilterLogEvents
     here honours a regular expression between % (what the controller's scan for late failures sends) and `?term`
-    alternatives, as CloudWatch documents them, so a scan returns what AWS would return.
+    alternatives, as CloudWatch documents them, so a scan returns what AWS would return. It also keeps to the
+    streams `logStreamNamePrefix` starts and answers an empty `searchedLogStreams`, as AWS does, and reads each
+    stream from the query's `startTime` on, not every event of the group a page: `tests/harness/moto_logs.py`.
 (f) Speed only: every botocore session shares one loader, so each service model is parsed once a process, not once
     a session (moto gives each mock its own default session and Powertools makes a session per provider: the
     SageMaker model alone took a tenth of an integration test), and the interpreter's Lambda tasks share one client
@@ -56,7 +58,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function import wait_function
 from moto.stepfunctions.parser.utils import TMP_THREADS
 
-from tests.harness import moto_dynamodb
+from tests.harness import moto_dynamodb, moto_logs
 
 BOTOCORE_BACK_OFFS: list[float] = []  # seconds botocore would have slept before a retry
 JITTER_SEED = 0  # ASL Retry's JitterStrategy FULL draws from random.Random(JITTER_SEED), anew per `patched`
@@ -277,5 +279,6 @@ def patched(
         ),
         mock.patch.object(Subscription, "private_key", _signing_key),
         moto_dynamodb.faster_queries(),
+        moto_logs.faster_filters(),
     ):
         yield

@@ -2,6 +2,7 @@
 
 import inspect
 from decimal import Decimal
+from unittest import mock
 
 import pytest
 from moto.awslambda_simple.models import LambdaSimpleBackend
@@ -229,3 +230,102 @@ def test_a_page_is_cut_by_the_size_of_the_items_its_key_condition_holds():
         early = _query_pages(table, IndexName="byat", KeyConditionExpression=Key("pk").eq("p") & Key("at").lt(33))
     assert [len(items) for items, *_ in nodes] == [33] and nodes[0][1] is None
     assert [len(items) for items, *_ in early] == [33] and early[0][1] is None
+
+
+def _log_pages(logs, **query):
+    """Every page of a FilterLogEvents query: its events and nextToken."""
+    pages = []
+    while len(pages) < 100:
+        page = logs.filter_log_events(**query)
+        pages.append((page["events"], page.get("nextToken")))
+        if "nextToken" not in page:
+            return pages
+        query["nextToken"] = page["nextToken"]
+    raise AssertionError(f"a FilterLogEvents query still paging after {len(pages)} pages")
+
+
+def _result_streams(backend, group: str, start: int, count: int) -> None:
+    """Streams of result lines appended as the twin appends them: through moto's backend, mostly in order, some
+    late (earlier timestamps after later ones) and some sharing a timestamp."""
+    log_group = backend.groups[group]
+    for i in range(start, start + count):
+        name = f"DeepHealthCheckResults/i-{i % 7:02d}" if i % 3 else f"Other/i-{i % 5:02d}"
+        if name not in log_group.streams:
+            log_group.create_log_stream(name)
+        stamp = 1_000_000 + (i // 20) * 10_000 - (30_000 if i % 11 == 0 else 0)  # equal stamps, and late ones
+        line = f"{'ERROR' if i % 6 == 0 else 'INFO'} line {i}"
+        log_group.streams[name].put_log_events([{"timestamp": stamp, "message": line}])
+
+
+def test_filter_log_events_answers_page_for_page_as_moto_does():
+    """moto_logs keeps each stream's events in timestamp order and reads a query's window by bisection: every page
+    the same events, in the same order, with the same tokens as moto's own, before and after more events come, some
+    of them late."""
+    import boto3
+    from moto import mock_aws
+    from moto.logs import models as logs_models
+    from moto.logs.models import logs_backends
+
+    from tests.harness import moto_patches
+
+    def answers() -> list:
+        with mock_aws():
+            logs = boto3.client("logs", region_name="us-east-1")
+            logs.create_log_group(logGroupName="g")
+            backend = logs_backends["123456789012"]["us-east-1"]
+            queries = [
+                {},
+                {"startTime": 1_040_000},
+                {"startTime": 1_040_000, "endTime": 1_090_000},
+                {"startTime": 1_040_000, "limit": 7},
+                {"startTime": 1_010_000, "limit": 5, "filterPattern": "%ERROR|line 1%"},
+                {"startTime": 1_010_000, "interleaved": True, "limit": 9},
+                {"logStreamNames": ["DeepHealthCheckResults/i-03", "Other/i-01"], "startTime": 1_020_000},
+                {"endTime": 1_030_000, "filterPattern": "INFO"},
+                {"startTime": 9_000_000},
+            ]
+            pages = []
+            for start, count in ((0, 120), (120, 40), (160, 1)):
+                _result_streams(backend, "g", start, count)
+                pages += [_log_pages(logs, logGroupName="g", **q) for q in queries]
+            return [[_plain(events, token) for events, token in query] for query in pages]
+
+    with mock.patch.object(logs_models, "EventMessageFilter", moto_patches.CloudWatchFilter):  # (e) alone
+        expected = answers()
+    assert any(len(p) > 2 for p in expected), "queries of several pages"
+    with moto_patches.patched(on_wait=lambda s: None):
+        assert answers() == expected
+
+
+def _plain(events: list, token: str | None) -> tuple:
+    """A page without what differs between two runs (moto numbers events per process and stamps ingestion with
+    wall time): each event's stream, timestamp and message (unique here), and the token's event by its message."""
+    messages = {e["eventId"]: e["message"] for e in events}
+    plain = [(e["logStreamName"], e["timestamp"], e["message"]) for e in events]
+    if token is None:
+        return plain, None
+    group, stream, event_id = token.split("@")
+    return plain, (group, stream, messages[event_id])
+
+
+def test_filter_log_events_answers_as_aws_where_moto_does_not():
+    """Where moto_logs answers otherwise than moto, as AWS documents FilterLogEvents: `searchedLogStreams` is empty
+    (no longer supported since May 2020), `logStreamNamePrefix` keeps only the streams it starts (moto ignored it),
+    and it is refused together with `logStreamNames`."""
+    import boto3
+    from moto import mock_aws
+    from moto.logs.models import logs_backends
+
+    from tests.harness import moto_patches
+
+    with mock_aws(), moto_patches.patched(on_wait=lambda s: None):
+        logs = boto3.client("logs", region_name="us-east-1")
+        logs.create_log_group(logGroupName="g")
+        _result_streams(logs_backends["123456789012"]["us-east-1"], "g", 0, 60)
+        page = logs.filter_log_events(logGroupName="g", logStreamNamePrefix="DeepHealthCheckResults/")
+        assert page["searchedLogStreams"] == []
+        streams = {e["logStreamName"] for e in page["events"]}
+        assert streams and all(s.startswith("DeepHealthCheckResults/") for s in streams)
+        assert len(logs.filter_log_events(logGroupName="g")["events"]) == 60
+        with pytest.raises(logs.exceptions.InvalidParameterException):
+            logs.filter_log_events(logGroupName="g", logStreamNamePrefix="D", logStreamNames=["Other/i-01"])

@@ -1,0 +1,152 @@
+"""moto_patches (f), CloudWatch Logs' part: FilterLogEvents at fleet scale, answered as AWS answers it.
+
+moto's FilterLogEvents tested every event of every stream in the log group against the query, on every page, and
+listed every stream in `searchedLogStreams`: at 10,000 nodes a look at one round's lines walked 80,000 events and
+sent 10,000 stream names back and forth. Now each stream keeps its events in timestamp order (a stable sort: moto's
+order among equal timestamps) and a query reads from its `startTime` on, found by bisection. Two answers follow
+AWS where moto did not: `searchedLogStreams` is empty (AWS has returned an empty list since May 2020), and
+`logStreamNamePrefix` (which moto ignored) keeps only the streams it starts, refused together with
+`logStreamNames` as AWS refuses it. Everything else is moto's: the events, their order, the pages and the tokens.
+
+They reach into moto's internals; `tests/integration/test_moto_patches.py` compares every page with moto's own and
+fails loudly when they move.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import itertools
+import json
+import threading
+import weakref
+from collections.abc import Iterator
+from typing import Any
+from unittest import mock
+
+from moto.logs import models as logs_models
+from moto.logs.exceptions import InvalidParameterException
+from moto.logs.models import LogGroup, LogStream
+from moto.logs.responses import LogsResponse
+
+# A stream's events in timestamp order, with their timestamps and how many of the stream's events they hold.
+_ORDERED: weakref.WeakKeyDictionary[LogStream, tuple[list[int], list[Any], int]] = weakref.WeakKeyDictionary()
+_ORDER_LOCK = threading.Lock()
+
+
+def _in_order(stream: LogStream) -> tuple[list[int], list[Any]]:
+    """The stream's events sorted stably by timestamp, and their timestamps. moto only appends events: the ones
+    appended since the last look, in order and none earlier than the last one held, extend it; anything else sorts
+    the stream again."""
+    events = stream.events
+    with _ORDER_LOCK:
+        stamps, ordered, held = _ORDERED.get(stream, ([], [], 0))
+        if held > len(events):
+            stamps, ordered, held = [], [], 0
+        new = events[held:]
+        if new:
+            new_stamps = [e.timestamp for e in new]
+            if (not stamps or new_stamps[0] >= stamps[-1]) and all(a <= b for a, b in itertools.pairwise(new_stamps)):
+                stamps, ordered = stamps + new_stamps, ordered + new
+            else:
+                ordered = sorted(events, key=lambda e: e.timestamp)
+                stamps = [e.timestamp for e in ordered]
+            _ORDERED[stream] = (stamps, ordered, len(events))
+        return stamps, ordered
+
+
+def _stream_events(stream: LogStream, start_time: int, end_time: int, filter_pattern: str) -> list[dict[str, Any]]:
+    """moto's LogStream.filter_log_events (its events in the window that match, by timestamp), read from the
+    window's start by bisection."""
+    stamps, ordered = _in_order(stream)
+    first = bisect.bisect_left(stamps, start_time) if start_time else 0
+    last = bisect.bisect_right(stamps, end_time) if end_time else len(stamps)
+    pattern = logs_models.EventMessageFilter(filter_pattern)
+    name = stream.log_stream_name
+    return [
+        {**event.to_filter_dict(), "logStreamName": name}
+        for event in ordered[first:last]
+        if pattern.matches(event.message)
+    ]
+
+
+def _group_filter_log_events(
+    self: LogGroup,
+    log_group_name: str,
+    log_stream_names: list[str],
+    start_time: int,
+    end_time: int,
+    limit: int | None,
+    next_token: str | None,
+    filter_pattern: str,
+    interleaved: bool,
+    log_stream_name_prefix: str | None = None,
+) -> tuple[list[dict[str, Any]], str | None, list[dict[str, Any]]]:
+    """moto's LogGroup.filter_log_events, with the streams a prefix starts and no `searchedLogStreams`."""
+    limit = limit or 10000
+    events: list[dict[str, Any]] = []
+    for name, stream in self.streams.items():
+        if (not log_stream_names or name in log_stream_names) and name.startswith(log_stream_name_prefix or ""):
+            events += _stream_events(stream, start_time, end_time, filter_pattern)
+    if interleaved:
+        events = sorted(events, key=lambda event: event["timestamp"])
+    first_index = 0
+    if next_token:
+        try:
+            group, stream_name, event_id = next_token.split("@")
+            if group != log_group_name:
+                raise ValueError()
+            first_index = 1 + next(
+                index
+                for (index, e) in enumerate(events)
+                if e["logStreamName"] == stream_name and e["eventId"] == event_id
+            )
+        except (ValueError, StopIteration):
+            first_index, events = 0, []  # AWS returns an empty list for a token it does not know
+    last_index = min(first_index + limit, len(events))
+    page = events[first_index:last_index]
+    token = None
+    if page and last_index < len(events):
+        token = f"{log_group_name}@{page[-1]['logStreamName']}@{page[-1]['eventId']}"
+    return page, token, []
+
+
+def _filter_log_events(self: LogsResponse) -> Any:
+    """moto's FilterLogEvents response, passing `logStreamNamePrefix` on."""
+    log_group_name = self._get_param("logGroupName")
+    log_stream_names = self._get_param("logStreamNames", [])
+    prefix = self._get_param("logStreamNamePrefix")
+    if log_stream_names and prefix is not None:
+        raise InvalidParameterException()
+    limit = self._get_param("limit")
+    backend = self.logs_backend
+    if log_group_name not in backend.groups:
+        return _original_response(self)  # moto's own refusal
+    if limit and limit > 10000:
+        return _original_response(self)
+    events, next_token, searched = _group_filter_log_events(
+        backend.groups[log_group_name],
+        log_group_name,
+        log_stream_names,
+        self._get_param("startTime"),
+        self._get_param("endTime"),
+        limit,
+        self._get_param("nextToken"),
+        self._get_param("filterPattern"),
+        self._get_param("interleaved", False),
+        prefix,
+    )
+    return json.dumps({"events": events, "nextToken": next_token, "searchedLogStreams": searched})
+
+
+_original_response = LogsResponse.filter_log_events
+
+
+@contextlib.contextmanager
+def faster_filters() -> Iterator[None]:
+    """moto's CloudWatch Logs with the patches above."""
+    with mock.patch.object(LogsResponse, "filter_log_events", _filter_log_events):
+        try:
+            yield
+        finally:
+            _ORDERED.clear()
