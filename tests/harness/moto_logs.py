@@ -29,39 +29,43 @@ from moto.logs.exceptions import InvalidParameterException
 from moto.logs.models import LogGroup, LogStream
 from moto.logs.responses import LogsResponse
 
-# A stream's events in timestamp order, with their timestamps and how many of the stream's events they hold.
-_ORDERED: weakref.WeakKeyDictionary[LogStream, tuple[list[int], list[Any], int]] = weakref.WeakKeyDictionary()
+# A stream's events in timestamp order, their timestamps and how many of the stream's events they hold, kept on the
+# stream itself (the attribute's name is ours); the lock is held by a query while it reads or brings them up to date.
+_ORDER = "_hpdhc_in_order"
 _ORDER_LOCK = threading.Lock()
+_KEPT: weakref.WeakSet[LogStream] = weakref.WeakSet()  # the streams holding one, cleared when the patches end
 
 
 def _in_order(stream: LogStream) -> tuple[list[int], list[Any]]:
     """The stream's events sorted stably by timestamp, and their timestamps. moto only appends events: the ones
     appended since the last look, in order and none earlier than the last one held, extend it; anything else sorts
-    the stream again."""
+    the stream again. The caller holds _ORDER_LOCK."""
     events = stream.events
-    with _ORDER_LOCK:
-        stamps, ordered, held = _ORDERED.get(stream, ([], [], 0))
-        if held > len(events):
-            stamps, ordered, held = [], [], 0
-        new = events[held:]
-        if new:
-            new_stamps = [e.timestamp for e in new]
-            if (not stamps or new_stamps[0] >= stamps[-1]) and all(a <= b for a, b in itertools.pairwise(new_stamps)):
-                stamps, ordered = stamps + new_stamps, ordered + new
-            else:
-                ordered = sorted(events, key=lambda e: e.timestamp)
-                stamps = [e.timestamp for e in ordered]
-            _ORDERED[stream] = (stamps, ordered, len(events))
+    stamps, ordered, held = stream.__dict__.get(_ORDER) or ([], [], 0)
+    if held == len(events):
         return stamps, ordered
+    if held > len(events):
+        stamps, ordered, held = [], [], 0
+    new = events[held:]
+    new_stamps = [e.timestamp for e in new]
+    if (not stamps or new_stamps[0] >= stamps[-1]) and all(a <= b for a, b in itertools.pairwise(new_stamps)):
+        stamps, ordered = stamps + new_stamps, ordered + new
+    else:
+        ordered = sorted(events, key=lambda e: e.timestamp)
+        stamps = [e.timestamp for e in ordered]
+    setattr(stream, _ORDER, (stamps, ordered, len(events)))
+    _KEPT.add(stream)
+    return stamps, ordered
 
 
-def _stream_events(stream: LogStream, start_time: int, end_time: int, filter_pattern: str) -> list[dict[str, Any]]:
+def _stream_events(stream: LogStream, start_time: int, end_time: int, pattern: Any) -> list[dict[str, Any]]:
     """moto's LogStream.filter_log_events (its events in the window that match, by timestamp), read from the
     window's start by bisection."""
     stamps, ordered = _in_order(stream)
+    if not stamps or (start_time and stamps[-1] < start_time):
+        return []
     first = bisect.bisect_left(stamps, start_time) if start_time else 0
     last = bisect.bisect_right(stamps, end_time) if end_time else len(stamps)
-    pattern = logs_models.EventMessageFilter(filter_pattern)
     name = stream.log_stream_name
     return [
         {**event.to_filter_dict(), "logStreamName": name}
@@ -85,9 +89,11 @@ def _group_filter_log_events(
     """moto's LogGroup.filter_log_events, with the streams a prefix starts and no `searchedLogStreams`."""
     limit = limit or 10000
     events: list[dict[str, Any]] = []
-    for name, stream in self.streams.items():
-        if (not log_stream_names or name in log_stream_names) and name.startswith(log_stream_name_prefix or ""):
-            events += _stream_events(stream, start_time, end_time, filter_pattern)
+    pattern = logs_models.EventMessageFilter(filter_pattern)
+    with _ORDER_LOCK:
+        for name, stream in self.streams.items():
+            if (not log_stream_names or name in log_stream_names) and name.startswith(log_stream_name_prefix or ""):
+                events += _stream_events(stream, start_time, end_time, pattern)
     if interleaved:
         events = sorted(events, key=lambda event: event["timestamp"])
     first_index = 0
@@ -149,4 +155,7 @@ def faster_filters() -> Iterator[None]:
         try:
             yield
         finally:
-            _ORDERED.clear()
+            with _ORDER_LOCK:
+                for stream in list(_KEPT):
+                    stream.__dict__.pop(_ORDER, None)
+                _KEPT.clear()
