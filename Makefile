@@ -103,7 +103,7 @@ browser:
 lint: install
 	$(VENV)/bin/ruff check infra functions tests
 	$(VENV)/bin/ruff format --check infra functions tests
-	$(VENV)/bin/mypy functions infra tests/harness tests/twin  # strict on functions/ (pyproject.toml)
+	$(VENV)/bin/mypy functions infra tests/harness tests/twin tests/fakes  # strict on functions/ (pyproject.toml)
 	$(VENV)/bin/mypy --python-version 3.10 -p hyperpod_dhc.hpdhc -p hyperpod_dhc.deephealth.evidence  # what runs on the oldest Python (requires-python)
 
 test: install lint

@@ -151,7 +151,7 @@ class FakeHyperPod(HealthChecks):
         self._seq = itertools.count()
         # ListClusterNodes pages from a sorted index per cluster and order, rebuilt when a node is added or gets a
         # new instance (the only changes to a sort key): a listing is O(nodes), not O(nodes x pages).
-        self._listing_version = 0
+        self._listing_changes: list[Node] = []  # nodes that came or whose listing sort keys changed, in order
         self._listing_index: dict[tuple[str, str], SortedIndex] = {}
         self._t = clock.now()  # time of the transition being processed; event/log timestamps use it
 
@@ -224,7 +224,7 @@ class FakeHyperPod(HealthChecks):
             az=f"{self.region}{self._rng.choice('abc')}",
         )
         c.nodes[n.logical_id] = n
-        self._listing_version += 1
+        self._listing_changes.append(n)
         if status == "Running":
             self._new_instance(n)
             n.status = "Running"
@@ -396,10 +396,11 @@ class FakeHyperPod(HealthChecks):
         by_name = p.get("SortBy") == "NAME"
         key = (lambda n: [n.group, n.instance_id, n.seq]) if by_name else (lambda n: [created(n), n.seq])
         order = "name" if by_name else "created" if logical else "launched"
-        index = self._listing_index.get((c.arn, order))
-        if index is None or index.version != self._listing_version:
-            index = SortedIndex.of(self._listing_version, c.nodes.values(), key)
-            self._listing_index[(c.arn, order)] = index
+        index, changes = self._listing_index.get((c.arn, order)), self._listing_changes
+        if index is None:
+            index = self._listing_index[(c.arn, order)] = SortedIndex.of(len(changes), c.nodes.values(), key)
+        elif index.seen < len(changes):
+            index.moved(len(changes), [n for n in changes[index.seen :] if c.nodes.get(n.logical_id) is n], key)
         page, token = index.page(keep, p, descending=p.get("SortOrder") == "Descending")
         summaries = []
         for n in page:
@@ -575,7 +576,7 @@ class FakeHyperPod(HealthChecks):
 
     def _new_instance(self, n: Node) -> None:
         n.instance_id = "i-" + "".join(self._rng.choice("0123456789abcdef") for _ in range(17))
-        self._listing_version += 1  # its sort keys (LaunchTime, instance id) change
+        self._listing_changes.append(n)  # its sort keys (LaunchTime, instance id) change
         n.instance_ids.append(n.instance_id)
         n.launch_time = self._t
         # A VPC never gives two running instances one address: a drawn address in use goes to the next free one
@@ -662,6 +663,7 @@ class FakeHyperPod(HealthChecks):
 
     def _attach(self, c: Cluster, n: Node, to_group: str, attach_s: float) -> None:
         n.group, n.status = to_group, "AttachInProgress"  # re-imaged: the target group's scripts run
+        self._listing_changes.append(n)  # its NAME sort key (group first) changes
         self._lcs_event(c, n, "Started")
         self._at(c, attach_s, lambda: self._attached(c, n))
 
@@ -673,7 +675,8 @@ class FakeHyperPod(HealthChecks):
         checks = c.groups[n.group].on_start_checks  # a node checked on its own: NCCL with no peers
         self._write_result(c, n, passed=n.truth != "fail", checks=checks)
         if self.readings.nccl_summary and "InstanceConnectivity" in checks:
-            self._write_nccl_summary(c, self._summary_stream(f"{c.arn}/on-start/{n.instance_id}/{_ms(self._t)}"), 1)
+            stream = self._summary_stream(f"{c.arn}/on-start/{n.instance_id}/{_ms(self._t)}")
+            self._write_nccl_summary(c, stream, 1, self._t)
         if n.truth != "fail":
             n.status = "Running"
             return

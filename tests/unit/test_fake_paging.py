@@ -1,5 +1,6 @@
 """The HyperPod fake's sorted index (ListClusterNodes in O(page)) pages exactly as `_paginate` sorts and pages:
-the same items, the same order, the same tokens, whatever the filter, direction, page size or cursor."""
+the same items, the same order, the same tokens, whatever the filter, direction, page size or cursor, and after
+items come or change their keys."""
 
 from __future__ import annotations
 
@@ -35,3 +36,31 @@ def test_the_index_pages_as_paginate_does(items, size, descending, hidden):
     ours = _walk(lambda q: index.page(keep, q, descending), p)
     theirs = _walk(lambda q: _paginate([i for i in items if keep(i)], key, q, descending), p)
     assert ours == theirs
+
+
+@given(ITEMS, st.lists(st.tuples(st.integers(0, 80), st.integers(0, 20)), max_size=30), st.integers(1, 12))
+def test_the_index_pages_as_paginate_does_after_items_come_and_keys_change(items, changes, size):
+    """`moved`: each change moves one item (an existing one, or a new one when the draw is past the end) to a new
+    first key; the index then pages as a fresh sort of every item does."""
+    nodes = [{"at": at, "seq": seq, "hidden": hidden} for seq, (at, hidden) in enumerate(items)]
+
+    def key(node):
+        return [node["at"], node["seq"]]
+
+    def keep(node):
+        return node["hidden"] != 3
+
+    index = SortedIndex.of(0, nodes, key)
+    for n, (which, at) in enumerate(changes):
+        if which >= len(nodes):
+            nodes.append({"at": at, "seq": len(nodes), "hidden": which % 4})
+            moved = nodes[-1]
+        else:
+            moved = nodes[which]
+            moved["at"] = at
+        index.moved(n + 1, [moved, moved] if which % 5 == 0 else [moved], key)  # told twice: no harm
+    p = {"MaxResults": size}
+    for descending in (False, True):
+        ours = _walk(lambda q, d=descending: index.page(keep, q, d), p)
+        theirs = _walk(lambda q, d=descending: _paginate([i for i in nodes if keep(i)], key, q, d), p)
+        assert ours == theirs
