@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import bisect
 import contextlib
-import functools
 import itertools
 import json
 import threading
@@ -59,22 +58,6 @@ def _in_order(stream: LogStream) -> tuple[list[int], list[Any]]:
     return stamps, ordered
 
 
-# Every query's events are listed whole and then cut into pages: the pages after the first (a `nextToken`) take the
-# list their query's first page made, while no event has been appended or stream added or removed since.
-_PUTS = [0]  # put_log_events calls while the patches hold
-_LAST: dict[int, tuple[LogGroup, tuple, int, list[dict[str, Any]]]] = {}  # id(group) -> its last query's events
-
-
-def _counting_puts(put: Any) -> Any:
-    @functools.wraps(put)
-    def put_log_events(self: LogStream, log_events: list[dict[str, Any]]) -> str:
-        with _ORDER_LOCK:
-            _PUTS[0] += 1
-        return put(self, log_events)
-
-    return put_log_events
-
-
 def _stream_events(stream: LogStream, start_time: int, end_time: int, pattern: Any) -> list[dict[str, Any]]:
     """moto's LogStream.filter_log_events (its events in the window that match, by timestamp), read from the
     window's start by bisection."""
@@ -105,18 +88,14 @@ def _group_filter_log_events(
 ) -> tuple[list[dict[str, Any]], str | None, list[dict[str, Any]]]:
     """moto's LogGroup.filter_log_events, with the streams a prefix starts and no `searchedLogStreams`."""
     limit = limit or 10000
-    query = (tuple(log_stream_names or ()), log_stream_name_prefix, start_time, end_time, filter_pattern, interleaved)
+    events: list[dict[str, Any]] = []
+    pattern = logs_models.EventMessageFilter(filter_pattern)
     with _ORDER_LOCK:
-        kept, asked, puts, events = _LAST.get(id(self)) or (None, None, None, [])
-        if not (next_token and kept is self and asked == (*query, len(self.streams)) and puts == _PUTS[0]):
-            events = []
-            pattern = logs_models.EventMessageFilter(filter_pattern)
-            for name, stream in self.streams.items():
-                if (not log_stream_names or name in log_stream_names) and name.startswith(log_stream_name_prefix or ""):
-                    events += _stream_events(stream, start_time, end_time, pattern)
-            if interleaved:
-                events = sorted(events, key=lambda event: event["timestamp"])
-            _LAST[id(self)] = (self, (*query, len(self.streams)), _PUTS[0], events)
+        for name, stream in self.streams.items():
+            if (not log_stream_names or name in log_stream_names) and name.startswith(log_stream_name_prefix or ""):
+                events += _stream_events(stream, start_time, end_time, pattern)
+    if interleaved:
+        events = sorted(events, key=lambda event: event["timestamp"])
     first_index = 0
     if next_token:
         try:
@@ -172,10 +151,7 @@ _original_response = LogsResponse.filter_log_events
 @contextlib.contextmanager
 def faster_filters() -> Iterator[None]:
     """moto's CloudWatch Logs with the patches above."""
-    with (
-        mock.patch.object(LogsResponse, "filter_log_events", _filter_log_events),
-        mock.patch.object(LogStream, "put_log_events", _counting_puts(LogStream.put_log_events)),
-    ):
+    with mock.patch.object(LogsResponse, "filter_log_events", _filter_log_events):
         try:
             yield
         finally:
@@ -183,4 +159,3 @@ def faster_filters() -> Iterator[None]:
                 for stream in list(_KEPT):
                     stream.__dict__.pop(_ORDER, None)
                 _KEPT.clear()
-                _LAST.clear()
