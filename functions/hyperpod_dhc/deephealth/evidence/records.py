@@ -14,7 +14,6 @@ line) gives its level and message; the message keeps its physical lines.
 
 from __future__ import annotations
 
-import functools
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -143,10 +142,8 @@ class Record:
         return max(0.0, *ahead) if ahead else 0.0
 
 
-@functools.lru_cache(maxsize=1 << 15)
 def head_of(text: str) -> Head:
-    """A record's level and message from its text. Kept per text: a poll reads its round's lines again each minute,
-    and a warm Lambda parses each of them once (a Head, its fields included, is only ever read)."""
+    """A record's level and message from its text."""
     stripped = text.strip()
     if stripped.startswith("{"):
         fields = _json(stripped)
