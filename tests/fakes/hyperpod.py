@@ -149,8 +149,8 @@ class FakeHyperPod(HealthChecks):
         self._clusters: dict[str, Cluster] = {}
         self._timers: list[tuple[float, int, Cluster, Callable[[], None]]] = []
         self._seq = itertools.count()
-        # ListClusterNodes pages from a sorted index per cluster and order, rebuilt when a node is added or gets a
-        # new instance (the only changes to a sort key): a listing is O(nodes), not O(nodes x pages).
+        # ListClusterNodes pages from a sorted index per cluster and order, which moves the nodes that were added,
+        # got a new instance or joined another group (the only changes to a sort key): a listing is O(page).
         self._listing_changes: list[Node] = []  # nodes that came or whose listing sort keys changed, in order
         self._listing_index: dict[tuple[str, str], SortedIndex] = {}
         self._t = clock.now()  # time of the transition being processed; event/log timestamps use it
@@ -576,9 +576,9 @@ class FakeHyperPod(HealthChecks):
 
     def _new_instance(self, n: Node) -> None:
         n.instance_id = "i-" + "".join(self._rng.choice("0123456789abcdef") for _ in range(17))
-        self._listing_changes.append(n)  # its sort keys (LaunchTime, instance id) change
         n.instance_ids.append(n.instance_id)
         n.launch_time = self._t
+        self._listing_changes.append(n)  # its sort keys (LaunchTime, instance id) changed
         # A VPC never gives two running instances one address: a drawn address in use goes to the next free one
         # (an address freed by a replaced instance may be given again, as EC2 does).
         if self._ips.get(n.private_ip) == n.logical_id:

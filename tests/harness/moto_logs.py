@@ -39,11 +39,12 @@ _KEPT: weakref.WeakSet[LogStream] = weakref.WeakSet()  # the streams holding one
 def _in_order(stream: LogStream) -> tuple[list[int], list[Any]]:
     """The stream's events sorted stably by timestamp, and their timestamps. moto only appends events: the ones
     appended since the last look, in order and none earlier than the last one held, extend it; anything else sorts
-    the stream again. The caller holds _ORDER_LOCK."""
-    events = stream.events
+    the stream again. The caller holds _ORDER_LOCK; the events are read once (a copy), so an event appended
+    meanwhile is met at the next look, never counted as held without being held."""
     stamps, ordered, held = stream.__dict__.get(_ORDER) or ([], [], 0)
-    if held == len(events):
+    if held == len(stream.events):
         return stamps, ordered
+    events = list(stream.events)
     if held > len(events):
         stamps, ordered, held = [], [], 0
     new = events[held:]
@@ -91,7 +92,7 @@ def _group_filter_log_events(
     events: list[dict[str, Any]] = []
     pattern = logs_models.EventMessageFilter(filter_pattern)
     with _ORDER_LOCK:
-        for name, stream in self.streams.items():
+        for name, stream in list(self.streams.items()):  # a stream created meanwhile waits for the next query
             if (not log_stream_names or name in log_stream_names) and name.startswith(log_stream_name_prefix or ""):
                 events += _stream_events(stream, start_time, end_time, pattern)
     if interleaved:

@@ -90,6 +90,43 @@ def test_paginator_returns_each_of_250_nodes_once(env: Env) -> None:
     assert error_code(exc) == "ValidationException"
 
 
+def test_listings_follow_nodes_added_replaced_and_moved_in_two_clusters(env: Env) -> None:
+    """The fake's listing index moves the nodes whose sort keys change instead of sorting again: after nodes come,
+    are replaced (a new instance and LaunchTime) and join another group (NAME's first key), in either of two
+    clusters, each order still lists what a fresh sort of the cluster's nodes lists."""
+    for name in ("hp", "other"):
+        env.fake.create_cluster(name, [GroupSpec("a", count=3), GroupSpec("b", count=2)])
+
+    def listed(cluster: str, **sort: str) -> list[str]:
+        pages = env.sm.get_paginator("list_cluster_nodes").paginate(
+            ClusterName=cluster, **sort, PaginationConfig={"PageSize": 2}
+        )
+        return [s["InstanceId"] for page in pages for s in page["ClusterNodeSummaries"]]
+
+    def fresh(cluster: str, by_name: bool) -> list[str]:
+        nodes = [n for n in env.fake.cluster(cluster).nodes.values() if n.instance_id]
+        return [
+            n.instance_id for n in sorted(nodes, key=lambda n: [n.group, n.instance_id] if by_name else [n.launched])
+        ]
+
+    def same_as_fresh() -> None:
+        for cluster in ("hp", "other"):
+            assert listed(cluster, SortBy="NAME") == fresh(cluster, by_name=True)
+            assert listed(cluster) == fresh(cluster, by_name=False)
+            assert listed(cluster, SortOrder="Descending") == fresh(cluster, by_name=False)[::-1]
+
+    same_as_fresh()
+    first, second, *_ = [n.logical_id for n in env.fake.cluster("hp").nodes.values() if n.group == "a"]
+    env.fake.advance(60)
+    env.sm.batch_replace_cluster_nodes(ClusterName="hp", NodeLogicalIds=[first])
+    env.fake.add_node("other", "a")
+    env.fake.advance(1800)
+    env.fake.move_nodes("hp", [second], "b", attach_s=60)
+    env.fake.advance(120)
+    assert env.fake.cluster("hp").nodes[second].group == "b"
+    same_as_fresh()
+
+
 def test_include_node_logical_ids_shows_provisioning_nodes(env: Env) -> None:
     workers(env.fake, count=1)
     new = env.fake.add_node("hp", "workers", ready_after_s=600)

@@ -283,6 +283,7 @@ def test_filter_log_events_answers_page_for_page_as_moto_does():
                 {"logStreamNames": ["DeepHealthCheckResults/i-03", "Other/i-01"], "startTime": 1_020_000},
                 {"endTime": 1_030_000, "filterPattern": "INFO"},
                 {"startTime": 9_000_000},
+                {"startTime": 0, "endTime": 0},  # 0 is no bound, as moto reads it
             ]
             pages = []
             for start, count in ((0, 120), (120, 40), (160, 1)):
@@ -323,9 +324,10 @@ def test_filter_log_events_answers_as_aws_where_moto_does_not():
         logs.create_log_group(logGroupName="g")
         _result_streams(logs_backends["123456789012"]["us-east-1"], "g", 0, 60)
         page = logs.filter_log_events(logGroupName="g", logStreamNamePrefix="DeepHealthCheckResults/")
+        everything = logs.filter_log_events(logGroupName="g")["events"]
         assert page["searchedLogStreams"] == []
-        streams = {e["logStreamName"] for e in page["events"]}
-        assert streams and all(s.startswith("DeepHealthCheckResults/") for s in streams)
-        assert len(logs.filter_log_events(logGroupName="g")["events"]) == 60
+        assert len(everything) == 60
+        assert page["events"] == [e for e in everything if e["logStreamName"].startswith("DeepHealthCheckResults/")]
+        assert 0 < len(page["events"]) < 60
         with pytest.raises(logs.exceptions.InvalidParameterException):
             logs.filter_log_events(logGroupName="g", logStreamNamePrefix="D", logStreamNames=["Other/i-01"])
