@@ -23,7 +23,10 @@
     SageMaker model alone took a tenth of an integration test), and the interpreter's Lambda tasks share one client
     a harness instead of building one a task; moto finds a response class's methods once, not once a request, and
     its SNS signs with one key a process, not one a subscription. moto's DynamoDB Query and JSON serializer at fleet
-    scale: `tests/harness/moto_dynamodb.py`.
+    scale: `tests/harness/moto_dynamodb.py`. A request is not signed (SigV4's hashes took a fifteenth of a twin
+    run): it carries the date, token and Authorization headers (with the credential scope) botocore sets, all that
+    moto reads of them, as moto checks no signature. moto finds the handler of a URL once a harness, not by matching
+    it against every service's patterns on each request (a tenth of a call).
 
 They reach into moto's and botocore's internals; `tests/integration/test_moto_patches.py` fails loudly when they move.
 """
@@ -44,11 +47,14 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from unittest import mock
 
+import botocore.auth
 import botocore.endpoint
+import botocore.exceptions
 import botocore.loaders
 import botocore.session
 from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from moto.awslambda_simple.models import LambdaSimpleBackend
+from moto.core import botocore_stubber
 from moto.core import responses as moto_responses
 from moto.core.botocore_stubber import BotocoreStubber, MockRawResponse
 from moto.logs import models as logs_models
@@ -231,6 +237,74 @@ def _shared_loader(search_path_string: str | None = None) -> botocore.loaders.Lo
     return loader
 
 
+_SIGN = botocore.auth.SigV4Auth.add_auth
+_NO_SIGNATURE = "0" * 64
+
+
+def _unsigned(self: botocore.auth.SigV4Auth, request: AWSPreparedRequest) -> None:
+    """SigV4's headers without its hashes: the date, token and Authorization headers botocore would set, the
+    credential scope (access key, date, region, service) as signed, the signature zeros. Other signers (S3's,
+    presigned URLs) sign as botocore does."""
+    if type(self) is not botocore.auth.SigV4Auth:
+        return _SIGN(self, request)
+    if self.credentials is None:
+        raise botocore.exceptions.NoCredentialsError()
+    request.context["timestamp"] = botocore.auth.get_current_datetime().strftime(botocore.auth.SIGV4_TIMESTAMP)
+    self._modify_request_before_signing(request)
+    request.headers["Authorization"] = (
+        f"AWS4-HMAC-SHA256 Credential={self.scope(request)}, SignedHeaders=host;x-amz-date, Signature={_NO_SIGNATURE}"
+    )
+    return None
+
+
+def _routed() -> Callable[..., Any]:
+    """moto's `process_request`, with the handler of each URL it answered kept: moto matches a URL against every
+    service's pattern, then every URL of the service's backend, on every request. A URL moto does not answer
+    (passed through, not whitelisted, unknown) goes to moto's own each time."""
+    import moto.backends
+    from moto.core import DEFAULT_ACCOUNT_ID
+    from moto.core.base_backend import BackendDict
+    from moto.core.exceptions import HTTPException
+    from moto.moto_api import recorder
+
+    original = BotocoreStubber.process_request
+    handlers: dict[str, Callable[..., Any]] = {}
+
+    def handler_of(url: str) -> Callable[..., Any] | None:
+        """What moto's own lookup finds for `url` (a URL without its query), or None where it would not answer."""
+        if botocore_stubber.passthrough_url(url):
+            return None
+        for service, pattern in botocore_stubber.backend_index.backend_url_patterns:
+            if pattern.match(url):
+                if botocore_stubber.passthrough_service(service) or not botocore_stubber.service_whitelisted(service):
+                    return None
+                backends: Any = moto.backends.get_backend(service)  # type: ignore[call-overload]
+                if isinstance(backends, BackendDict):
+                    region = "us-east-1" if "us-east-1" in backends[DEFAULT_ACCOUNT_ID] else "aws"
+                    backend = backends[DEFAULT_ACCOUNT_ID][region]
+                else:
+                    backend = backends["global"]
+                return next((f for u, f in backend.urls.items() if re.compile(u).match(url)), None)
+        return None
+
+    def process_request(self: BotocoreStubber, request: AWSPreparedRequest) -> Any:
+        parsed, _ = botocore_stubber.get_equivalent_url_in_aws_domain(request.url)
+        url = f"{parsed.scheme}://{parsed.netloc}{parsed.path}"
+        handler = handlers.get(url)
+        if handler is None:
+            if (handler := handler_of(url)) is None:
+                return original(self, request)
+            handlers[url] = handler
+        normalized = botocore_stubber.normalize_request(request)
+        try:
+            recorder._record_request(normalized)
+            return handler(normalized, normalized.raw_url, normalized.headers)
+        except HTTPException as e:
+            return e.code, e.get_headers(), e.get_body()
+
+    return process_request
+
+
 # moto's key of a subscription, made once a process (moto lru_caches it per subscription: one RSA key a harness).
 _ONE_KEY = functools.cache(functools.partial(Subscription.private_key.__wrapped__, None))
 
@@ -278,6 +352,8 @@ def patched(
             moto_responses, "method_names_from_class", functools.cache(moto_responses.method_names_from_class)
         ),
         mock.patch.object(Subscription, "private_key", _signing_key),
+        mock.patch.object(botocore.auth.SigV4Auth, "add_auth", _unsigned),
+        mock.patch.object(BotocoreStubber, "process_request", _routed()),
         moto_dynamodb.faster_queries(),
         moto_logs.faster_filters(),
     ):

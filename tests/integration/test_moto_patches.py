@@ -331,3 +331,90 @@ def test_filter_log_events_answers_as_aws_where_moto_does_not():
         assert 0 < len(page["events"]) < 60
         with pytest.raises(logs.exceptions.InvalidParameterException):
             logs.filter_log_events(logGroupName="g", logStreamNamePrefix="D", logStreamNames=["Other/i-01"])
+
+
+def test_a_request_carries_the_headers_moto_reads_without_a_signature_and_other_signers_still_sign():
+    """moto_patches (f): SigV4 requests keep the Authorization header's credential scope (moto reads the access key,
+    region and service there), the date and the session token; only the hashes are left out. A presigned URL's
+    signer is not SigV4Auth itself and still signs."""
+    import boto3
+    from botocore.config import Config
+    from moto import mock_aws
+
+    from tests.harness import moto_patches
+
+    sent = []
+    with mock_aws(), moto_patches.patched(on_wait=lambda s: None):
+        sqs = boto3.client("sqs", region_name="eu-west-1")
+        sqs.meta.events.register(
+            "before-send",
+            lambda request, **_: sent.append(
+                {k: v.decode() if isinstance(v, bytes) else v for k, v in request.headers.items()}
+            ),
+        )
+        credentials = sqs._get_credentials().get_frozen_credentials()
+        url = sqs.create_queue(QueueName="q")["QueueUrl"]
+        assert sqs.get_queue_url(QueueName="q")["QueueUrl"] == url
+        s3 = boto3.client("s3", region_name="eu-west-1", config=Config(signature_version="s3v4"))
+        presigned = s3.generate_presigned_url("get_object", Params={"Bucket": "b", "Key": "k"})
+    (headers, _) = sent
+    scope, signed, signature = headers["Authorization"].removeprefix("AWS4-HMAC-SHA256 ").split(", ")
+    access_key, day, region, service, terminator = scope.removeprefix("Credential=").split("/")
+    assert (access_key, region, service, terminator) == (credentials.access_key, "eu-west-1", "sqs", "aws4_request")
+    assert headers["X-Amz-Date"].startswith(day) and headers.get("X-Amz-Security-Token") == credentials.token
+    assert signed == "SignedHeaders=host;x-amz-date" and signature == "Signature=" + "0" * 64
+    assert "X-Amz-Signature=" in presigned and "X-Amz-Signature=" + "0" * 64 not in presigned
+
+
+def test_a_url_is_answered_by_the_handler_moto_finds_for_it_errors_included():
+    """moto_patches (f): a URL's handler is found once and kept; the first request and the later ones get the same
+    answers as moto's own lookup gives, a service's errors included (raised by its handler, or answered), and a URL
+    moto does not serve still gets moto's own answer."""
+    import boto3
+    from botocore.exceptions import ClientError
+    from moto import mock_aws
+    from moto.core.botocore_stubber import BotocoreStubber
+    from moto.core.exceptions import JsonRESTError
+    from moto.ssm import urls as ssm_urls
+
+    def refuse(*args, **kwargs):
+        raise JsonRESTError("ValidationException", "refused by the test")
+
+    from tests.harness import moto_patches
+
+    def session(patched: bool) -> list:
+        answers: list = []
+        with mock_aws(), moto_patches.patched(on_wait=lambda s: None) if patched else mock.MagicMock():
+            with mock.patch.dict(ssm_urls.url_paths, {"{0}/$": refuse}):
+                for _ in range(2):
+                    try:
+                        boto3.client("ssm").get_parameter(Name="p")
+                    except ClientError as err:
+                        answers.append(
+                            (err.response["Error"]["Message"], err.response["ResponseMetadata"]["HTTPStatusCode"])
+                        )
+            ddb = boto3.client("dynamodb")
+            for _ in range(2):
+                try:
+                    ddb.get_item(TableName="missing", Key={"pk": {"S": "a"}})
+                except ClientError as err:
+                    answers.append((err.response["Error"]["Code"], err.response["ResponseMetadata"]["HTTPStatusCode"]))
+            ddb.create_table(
+                TableName="t",
+                KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}],
+                AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}],
+                BillingMode="PAY_PER_REQUEST",
+            )
+            ddb.put_item(TableName="t", Item={"pk": {"S": "a"}})
+            answers += [ddb.get_item(TableName="t", Key={"pk": {"S": "a"}})["Item"] for _ in range(2)]
+            answers.append(boto3.client("logs").describe_log_groups()["logGroups"])
+            stubber = BotocoreStubber()
+            stubber.enabled = True
+            request = mock.Mock(url="https://nothing.amazonaws.com/x", method="GET", headers={}, body=b"")
+            answers.append(stubber.process_request(request))
+        return answers
+
+    patched = session(patched=True)
+    assert patched == session(patched=False)
+    assert patched[:4] == [("refused by the test", 400)] * 2 + [("ResourceNotFoundException", 400)] * 2
+    assert patched[-1] == (404, {}, "Not yet implemented")
