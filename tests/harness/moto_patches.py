@@ -52,6 +52,7 @@ import botocore.endpoint
 import botocore.exceptions
 import botocore.loaders
 import botocore.session
+import moto.settings
 from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.core import botocore_stubber
@@ -242,10 +243,15 @@ _NO_SIGNATURE = "0" * 64
 
 
 def _unsigned(self: botocore.auth.SigV4Auth, request: AWSPreparedRequest) -> None:
-    """SigV4's headers without its hashes: the date, token and Authorization headers botocore would set, the
-    credential scope (access key, date, region, service) as signed, the signature zeros. Other signers (S3's,
-    presigned URLs) sign as botocore does."""
-    if type(self) is not botocore.auth.SigV4Auth:
+    """A botocore client's SigV4 request without its hashes: the date, token and Authorization headers botocore
+    would set, the credential scope (access key, date, region, service) as signed, the signature zeros. Other
+    signers (S3's, presigned URLs), a request signed outside a client (the operator CLI's own SigV4) and a moto
+    told to check signatures (INITIAL_NO_AUTH_ACTION_COUNT) get botocore's signature."""
+    if (
+        type(self) is not botocore.auth.SigV4Auth
+        or "client_config" not in request.context
+        or float("inf") != moto.settings.INITIAL_NO_AUTH_ACTION_COUNT
+    ):
         return _SIGN(self, request)
     if self.credentials is None:
         raise botocore.exceptions.NoCredentialsError()

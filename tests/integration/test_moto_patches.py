@@ -334,47 +334,72 @@ def test_filter_log_events_answers_as_aws_where_moto_does_not():
 
 
 def test_a_request_carries_the_headers_moto_reads_without_a_signature_and_other_signers_still_sign():
-    """moto_patches (f): SigV4 requests keep the Authorization header's credential scope (moto reads the access key,
-    region and service there), the date and the session token; only the hashes are left out. A presigned URL's
-    signer is not SigV4Auth itself and still signs."""
+    """moto_patches (f): a client's SigV4 requests keep the Authorization header's credential scope (moto reads the
+    access key, region and service there), the date and the session token; only the hashes are left out. S3's
+    signer, a presigned URL, the operator CLI's own SigV4 (no client) and a moto told to check signatures still
+    get botocore's signature."""
     import boto3
+    from botocore.auth import SigV4Auth
+    from botocore.awsrequest import AWSRequest
     from botocore.config import Config
-    from moto import mock_aws
+    from botocore.exceptions import ClientError
+    from moto import mock_aws, settings
 
     from tests.harness import moto_patches
 
-    sent = []
-    with mock_aws(), moto_patches.patched(on_wait=lambda s: None):
-        sqs = boto3.client("sqs", region_name="eu-west-1")
-        sqs.meta.events.register(
+    def headers_sent(client, into):
+        client.meta.events.register(
             "before-send",
-            lambda request, **_: sent.append(
+            lambda request, **_: into.append(
                 {k: v.decode() if isinstance(v, bytes) else v for k, v in request.headers.items()}
             ),
         )
+
+    zeros = "Signature=" + "0" * 64
+    sent, s3_sent = [], []
+    with mock_aws(), moto_patches.patched(on_wait=lambda s: None):
+        sqs = boto3.client("sqs", region_name="eu-west-1")
+        headers_sent(sqs, sent)
         credentials = sqs._get_credentials().get_frozen_credentials()
         url = sqs.create_queue(QueueName="q")["QueueUrl"]
         assert sqs.get_queue_url(QueueName="q")["QueueUrl"] == url
         s3 = boto3.client("s3", region_name="eu-west-1", config=Config(signature_version="s3v4"))
-        presigned = s3.generate_presigned_url("get_object", Params={"Bucket": "b", "Key": "k"})
-    (headers, _) = sent
-    scope, signed, signature = headers["Authorization"].removeprefix("AWS4-HMAC-SHA256 ").split(", ")
+        headers_sent(s3, s3_sent)
+        s3.create_bucket(Bucket="bucket-b", CreateBucketConfiguration={"LocationConstraint": "eu-west-1"})
+        presigned = s3.generate_presigned_url("get_object", Params={"Bucket": "bucket-b", "Key": "k"})
+        cli_request = AWSRequest(method="GET", url="https://api.example.com/prod/clusters")
+        SigV4Auth(credentials, "execute-api", "eu-west-1").add_auth(cli_request)
+        with mock.patch.object(settings, "INITIAL_NO_AUTH_ACTION_COUNT", 0.0), pytest.raises(ClientError):
+            sqs.list_queues()  # moto checks the signature now, and knows no IAM user of the test's key
+    first, second, checked = sent
+    assert credentials.token, "conftest sets a session token: its header is asserted below"
+    scope, signed, signature = first["Authorization"].removeprefix("AWS4-HMAC-SHA256 ").split(", ")
     access_key, day, region, service, terminator = scope.removeprefix("Credential=").split("/")
     assert (access_key, region, service, terminator) == (credentials.access_key, "eu-west-1", "sqs", "aws4_request")
-    assert headers["X-Amz-Date"].startswith(day) and headers.get("X-Amz-Security-Token") == credentials.token
-    assert signed == "SignedHeaders=host;x-amz-date" and signature == "Signature=" + "0" * 64
+    assert first["X-Amz-Date"].startswith(day) and first.get("X-Amz-Security-Token") == credentials.token
+    assert signed == "SignedHeaders=host;x-amz-date" and signature == zeros
+    assert second["Authorization"].endswith(zeros)
+    assert "Signature=" in checked["Authorization"] and not checked["Authorization"].endswith(zeros)
+    (bucket,) = s3_sent
+    assert "Signature=" in bucket["Authorization"] and not bucket["Authorization"].endswith(zeros)
     assert "X-Amz-Signature=" in presigned and "X-Amz-Signature=" + "0" * 64 not in presigned
+    cli_auth = cli_request.headers["Authorization"]
+    assert "/execute-api/aws4_request" in cli_auth and not cli_auth.endswith(zeros)
 
 
 def test_a_url_is_answered_by_the_handler_moto_finds_for_it_errors_included():
-    """moto_patches (f): a URL's handler is found once and kept; the first request and the later ones get the same
+    """moto_patches (f): a URL's handler is found once and kept (a query does not change it); the first request and
+    the later ones get the same
     answers as moto's own lookup gives, a service's errors included (raised by its handler, or answered), and a URL
     moto does not serve still gets moto's own answer."""
     import boto3
+    import moto.backends
+    from botocore.awsrequest import AWSPreparedRequest
     from botocore.exceptions import ClientError
     from moto import mock_aws
     from moto.core.botocore_stubber import BotocoreStubber
     from moto.core.exceptions import JsonRESTError
+    from moto.moto_api import recorder
     from moto.ssm import urls as ssm_urls
 
     def refuse(*args, **kwargs):
@@ -384,7 +409,12 @@ def test_a_url_is_answered_by_the_handler_moto_finds_for_it_errors_included():
 
     def session(patched: bool) -> list:
         answers: list = []
-        with mock_aws(), moto_patches.patched(on_wait=lambda s: None) if patched else mock.MagicMock():
+        with (
+            mock_aws(),
+            moto_patches.patched(on_wait=lambda s: None) if patched else mock.MagicMock(),
+            mock.patch.object(moto.backends, "get_backend", side_effect=moto.backends.get_backend) as lookups,
+            mock.patch.object(recorder, "_record_request", side_effect=recorder._record_request) as recorded,
+        ):
             with mock.patch.dict(ssm_urls.url_paths, {"{0}/$": refuse}):
                 for _ in range(2):
                     try:
@@ -412,6 +442,15 @@ def test_a_url_is_answered_by_the_handler_moto_finds_for_it_errors_included():
             stubber.enabled = True
             request = mock.Mock(url="https://nothing.amazonaws.com/x", method="GET", headers={}, body=b"")
             answers.append(stubber.process_request(request))
+            if patched:
+                # Each service's backend was looked up once (ssm, dynamodb, logs), whatever a URL's query; every
+                # request answered (ssm 2, dynamodb 6 and the listing, logs 1) went past moto's recorder.
+                dynamodb = "https://dynamodb.us-east-1.amazonaws.com/"
+                target = {"X-Amz-Target": "DynamoDB_20120810.ListTables", "Content-Type": "application/x-amz-json-1.0"}
+                listing = AWSPreparedRequest("POST", dynamodb + "?a=1", target, b"{}", stream_output=False)
+                assert stubber.process_request(listing)[0] == 200
+                assert [c.args[0] for c in lookups.call_args_list] == ["ssm", "dynamodb", "logs"]
+                assert recorded.call_count == 10
         return answers
 
     patched = session(patched=True)
