@@ -42,6 +42,10 @@ BINARIES = ("munged", "slurmctld", "slurmd", "scontrol", "sbatch", "squeue", "sc
 REQUIRE = "HPDHC_REQUIRE_SLURM"
 TMP, PREFIX = "/tmp", "hpdhc-slurm-"
 STARTUP_TIMEOUT_S = 30.0
+# A job that may run, waited for until it does: slurmctld's main scheduler runs at least every sched_interval (60 s
+# by default) and backfill every bf_interval (30 s), and the pass a submit triggers can come before slurmctld has
+# taken a RESUME or a reservation change made just before (a CI run timed out once at 30 s).
+JOB_START_TIMEOUT_S = 90.0
 ATTEMPTS = 3  # a port picked free can be taken before slurmctld binds it: start again on fresh ports
 
 SLURM_CONF = """\
@@ -109,8 +113,12 @@ class SlurmCluster:
             "sbatch", "--parsable", "-w", node, "-p", NODES[node], "-o", "/dev/null", "--wrap", f"sleep {seconds}"
         )
         job = job.strip().split(";")[0]
-        wait_for(lambda: self.job_state(job) == "RUNNING", f"job {job} running on {node}")
+        self.wait_running(job, f"job {job} running on {node}")
         return job
+
+    def wait_running(self, job: str, what: str) -> None:
+        """Wait for a job that may run to run, as long as slurmctld's schedulers may take (JOB_START_TIMEOUT_S)."""
+        wait_for(lambda: self.job_state(job) == "RUNNING", what, self.logs, timeout_s=JOB_START_TIMEOUT_S)
 
     def job_state(self, job: str) -> str:
         return self.run("squeue", "-h", "-j", job, "-o", "%T").strip()

@@ -393,7 +393,7 @@ def test_with_the_gate_a_job_queued_before_slurmd_starts_waits_for_the_pass(slur
     api.status = 200
     api.document = document(entry(A, None, "HealthCheck:Passed"), entry(B, None, "HealthCheck:Passed"))
     assert cli.main(argv) == 0
-    wait_for(lambda: slurm.job_state(job) == "RUNNING", "the job to start once the node passed", slurm.logs)
+    slurm.wait_running(job, "the job to start once the node passed")
 
 
 def test_the_gate_leaves_a_node_an_admin_holds(slurm: SlurmCluster, tmp_path):
@@ -538,7 +538,7 @@ def test_a_node_not_passed_takes_no_job_whoever_resumes_it_until_the_controller_
     sync_once(CLUSTER, controller, Scontrol(), PARTITIONS, memory)
     assert _lock(slurm) == set(), "the reservation is deleted with its last node"
     for node, job in jobs.items():
-        wait_for(lambda j=job: slurm.job_state(j) == "RUNNING", f"the job on {node} to run once passed", slurm.logs)
+        slurm.wait_running(job, f"the job on {node} to run once passed")
 
 
 def test_a_running_job_keeps_running_when_its_node_is_locked(slurm: SlurmCluster):
@@ -586,7 +586,7 @@ def test_a_future_nodes_gate_exits_0_and_the_node_registers_locked(slurm: SlurmC
     result = sync_once(CLUSTER, FakeController(entry(A, None, PASSED), entry(B, None, PASSED)), Scontrol(), PARTITIONS,
                        Memory())  # fmt: skip
     assert result.held == {} and result.lock is not None and result.lock.removed == {B}
-    wait_for(lambda: slurm.job_state(job) == "RUNNING", "the job to run once the node passed", slurm.logs)
+    slurm.wait_running(job, "the job to run once the node passed")
 
 
 def test_slurmctld_down_during_the_gate_the_launch_goes_on_and_the_node_takes_no_job_before_its_pass(
@@ -613,7 +613,7 @@ def test_slurmctld_down_during_the_gate_the_launch_goes_on_and_the_node_takes_no
     time.sleep(3)
     assert slurm.job_state(job) == "PENDING"
     sync_once(CLUSTER, FakeController(entry(A, None, PASSED), entry(B, None, PASSED)), Scontrol(), PARTITIONS, memory)
-    wait_for(lambda: slurm.job_state(job) == "RUNNING", "the job to run once the node passed", slurm.logs)
+    slurm.wait_running(job, "the job to run once the node passed")
 
 
 def _port(slurm: SlurmCluster) -> str:
@@ -630,7 +630,7 @@ def test_a_node_released_from_the_lock_by_hand_is_left_alone_until_its_desired_s
     slurm.run("scontrol", "update", f"ReservationName={LOCK}", f"Nodes={B}")
     slurm.run("scontrol", "update", f"NodeName={A}", "State=RESUME")
     job = _queued(slurm, A)
-    wait_for(lambda: slurm.job_state(job) == "RUNNING", "the admin's job to run", slurm.logs)
+    slurm.wait_running(job, "the admin's job to run")
     result = sync_once(CLUSTER, controller, Scontrol(), PARTITIONS, memory)
     assert _lock(slurm) == {B} and "DRAIN" not in field(slurm.line(A), "State")
     assert result.held[A] == "released from the controller's lock by hand"
