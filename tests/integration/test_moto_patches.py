@@ -1,5 +1,6 @@
 """Fails loudly when moto's internals that `tests/harness/moto_patches.py` replaces move or change shape."""
 
+import contextlib
 import inspect
 from decimal import Decimal
 from unittest import mock
@@ -411,7 +412,7 @@ def test_a_url_is_answered_by_the_handler_moto_finds_for_it_errors_included():
         answers: list = []
         with (
             mock_aws(),
-            moto_patches.patched(on_wait=lambda s: None) if patched else mock.MagicMock(),
+            moto_patches.patched(on_wait=lambda s: None) if patched else contextlib.nullcontext(),
             mock.patch.object(moto.backends, "get_backend", side_effect=moto.backends.get_backend) as lookups,
             mock.patch.object(recorder, "_record_request", side_effect=recorder._record_request) as recorded,
         ):
