@@ -22,11 +22,11 @@
     a session (moto gives each mock its own default session and Powertools makes a session per provider: the
     SageMaker model alone took a tenth of an integration test), and the interpreter's Lambda tasks share one client
     a harness instead of building one a task; moto finds a response class's methods once, not once a request, and
-    its SNS signs with one key a process, not one a subscription. moto's DynamoDB Query and JSON serializer at fleet
-    scale: `tests/harness/moto_dynamodb.py`. A request is not signed (SigV4's hashes took a fifteenth of a twin
-    run): it carries the date, token and Authorization headers (with the credential scope) botocore sets, all that
-    moto reads of them, as moto checks no signature. moto finds the handler of a URL once a harness, not by matching
-    it against every service's patterns on each request (a tenth of a call).
+    its SNS signs with one key a process, not one a subscription. Python's cycle collector runs less often
+    (`GC_THRESHOLDS`): a twin run's heap is moto's backends and botocore's models, collected over and over for a
+    fourteenth of a fidelity variant. moto's DynamoDB Query and JSON serializer at fleet scale:
+    `tests/harness/moto_dynamodb.py`; the request path (no signature, a URL's handler found once, the werkzeug
+    request of a JSON call built directly, no regular expression over a JSON answer): `tests/harness/moto_requests.py`.
 
 They reach into moto's and botocore's internals; `tests/integration/test_moto_patches.py` fails loudly when they move.
 """
@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import importlib
 import json
 import os
@@ -47,15 +48,11 @@ from collections.abc import Callable, Iterator
 from typing import Any
 from unittest import mock
 
-import botocore.auth
 import botocore.endpoint
-import botocore.exceptions
 import botocore.loaders
 import botocore.session
-import moto.settings
 from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from moto.awslambda_simple.models import LambdaSimpleBackend
-from moto.core import botocore_stubber
 from moto.core import responses as moto_responses
 from moto.core.botocore_stubber import BotocoreStubber, MockRawResponse
 from moto.logs import models as logs_models
@@ -65,7 +62,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function import wait_function
 from moto.stepfunctions.parser.utils import TMP_THREADS
 
-from tests.harness import moto_dynamodb, moto_logs
+from tests.harness import moto_dynamodb, moto_logs, moto_requests
 
 BOTOCORE_BACK_OFFS: list[float] = []  # seconds botocore would have slept before a retry
 JITTER_SEED = 0  # ASL Retry's JitterStrategy FULL draws from random.Random(JITTER_SEED), anew per `patched`
@@ -238,77 +235,19 @@ def _shared_loader(search_path_string: str | None = None) -> botocore.loaders.Lo
     return loader
 
 
-_SIGN = botocore.auth.SigV4Auth.add_auth
-_NO_SIGNATURE = "0" * 64
+# Python's cycle collector runs every 700 allocations and a full one as the heap grows: a twin run's heap is moto's
+# backends and botocore's models, which live as long as the run; collecting less often frees the same cycles.
+GC_THRESHOLDS = (50_000, 20, 20)
 
 
-def _unsigned(self: botocore.auth.SigV4Auth, request: AWSPreparedRequest) -> None:
-    """A botocore client's SigV4 request without its hashes: the date, token and Authorization headers botocore
-    would set, the credential scope (access key, date, region, service) as signed, the signature zeros. Other
-    signers (S3's, presigned URLs), a request signed outside a client (the operator CLI's own SigV4) and a moto
-    told to check signatures (INITIAL_NO_AUTH_ACTION_COUNT) get botocore's signature."""
-    if (
-        type(self) is not botocore.auth.SigV4Auth
-        or "client_config" not in request.context
-        or float("inf") != moto.settings.INITIAL_NO_AUTH_ACTION_COUNT
-    ):
-        return _SIGN(self, request)
-    if self.credentials is None:
-        raise botocore.exceptions.NoCredentialsError()
-    request.context["timestamp"] = botocore.auth.get_current_datetime().strftime(botocore.auth.SIGV4_TIMESTAMP)
-    self._modify_request_before_signing(request)
-    request.headers["Authorization"] = (
-        f"AWS4-HMAC-SHA256 Credential={self.scope(request)}, SignedHeaders=host;x-amz-date, Signature={_NO_SIGNATURE}"
-    )
-    return None
-
-
-def _routed() -> Callable[..., Any]:
-    """moto's `process_request`, with the handler of each URL it answered kept: moto matches a URL against every
-    service's pattern, then every URL of the service's backend, on every request. A URL moto does not answer
-    (passed through, not whitelisted, unknown) goes to moto's own each time."""
-    import moto.backends
-    from moto.core import DEFAULT_ACCOUNT_ID
-    from moto.core.base_backend import BackendDict
-    from moto.core.exceptions import HTTPException
-    from moto.moto_api import recorder
-
-    original = BotocoreStubber.process_request
-    handlers: dict[str, Callable[..., Any]] = {}
-
-    def handler_of(url: str) -> Callable[..., Any] | None:
-        """What moto's own lookup finds for `url` (a URL without its query), or None where it would not answer."""
-        if botocore_stubber.passthrough_url(url):
-            return None
-        for service, pattern in botocore_stubber.backend_index.backend_url_patterns:
-            if pattern.match(url):
-                if botocore_stubber.passthrough_service(service) or not botocore_stubber.service_whitelisted(service):
-                    return None
-                backends: Any = moto.backends.get_backend(service)  # type: ignore[call-overload]
-                if isinstance(backends, BackendDict):
-                    region = "us-east-1" if "us-east-1" in backends[DEFAULT_ACCOUNT_ID] else "aws"
-                    backend = backends[DEFAULT_ACCOUNT_ID][region]
-                else:
-                    backend = backends["global"]
-                return next((f for u, f in backend.urls.items() if re.compile(u).match(url)), None)
-        return None
-
-    def process_request(self: BotocoreStubber, request: AWSPreparedRequest) -> Any:
-        parsed, _ = botocore_stubber.get_equivalent_url_in_aws_domain(request.url)
-        url = f"{parsed.scheme}://{parsed.netloc}{parsed.path}"
-        handler = handlers.get(url)
-        if handler is None:
-            if (handler := handler_of(url)) is None:
-                return original(self, request)
-            handlers[url] = handler
-        normalized = botocore_stubber.normalize_request(request)
-        try:
-            recorder._record_request(normalized)
-            return handler(normalized, normalized.raw_url, normalized.headers)
-        except HTTPException as e:
-            return e.code, e.get_headers(), e.get_body()
-
-    return process_request
+@contextlib.contextmanager
+def _collected_less_often() -> Iterator[None]:
+    before = gc.get_threshold()
+    gc.set_threshold(*GC_THRESHOLDS)
+    try:
+        yield
+    finally:
+        gc.set_threshold(*before)
 
 
 # moto's key of a subscription, made once a process (moto lru_caches it per subscription: one RSA key a harness).
@@ -358,8 +297,8 @@ def patched(
             moto_responses, "method_names_from_class", functools.cache(moto_responses.method_names_from_class)
         ),
         mock.patch.object(Subscription, "private_key", _signing_key),
-        mock.patch.object(botocore.auth.SigV4Auth, "add_auth", _unsigned),
-        mock.patch.object(BotocoreStubber, "process_request", _routed()),
+        _collected_less_often(),
+        moto_requests.faster_requests(),
         moto_dynamodb.faster_queries(),
         moto_logs.faster_filters(),
     ):

@@ -458,3 +458,98 @@ def test_a_url_is_answered_by_the_handler_moto_finds_for_it_errors_included():
     assert patched == session(patched=False)
     assert patched[:4] == [("refused by the test", 400)] * 2 + [("ResourceNotFoundException", 400)] * 2
     assert patched[-1] == (404, {}, "Not yet implemented")
+
+
+def _environ(request) -> dict:
+    """A werkzeug request's environ, its body read out and the objects that differ between two builds left out."""
+    environ = {k: v for k, v in request.environ.items() if k not in ("wsgi.input", "werkzeug.request")}
+    return {**environ, "body": request.get_data()}
+
+
+def test_a_json_request_gets_the_environ_moto_builds_and_anything_else_is_built_by_moto():
+    """moto_requests: a POST of a body to a service's https root (every JSON-protocol call, and a query-protocol
+    form) gets the environ moto's own `normalize_request` builds through werkzeug, down to the last key; a request
+    it does not cover (a path, a query, no body, a text body, a port, a header werkzeug would drop or moto keeps as
+    spelled) is built by moto."""
+    from botocore.awsrequest import AWSPreparedRequest
+    from moto.core import botocore_stubber
+
+    from tests.harness import moto_requests
+
+    root = "https://dynamodb.us-east-1.amazonaws.com/"
+    json_headers = {
+        "X-Amz-Target": "DynamoDB_20120810.GetItem",
+        "Content-Type": "application/x-amz-json-1.0",
+        "User-Agent": b"Boto3/1.40 md/Botocore#1.44.8",
+        "X-Amz-Date": "20261207T000000Z",
+        "Authorization": "AWS4-HMAC-SHA256 Credential=AK/20261207/us-east-1/dynamodb/aws4_request, Signature=00",
+        "Content-Length": "999",  # werkzeug counts the body instead
+        "amz-sdk-invocation-id": "b0e4",
+    }
+    body = b'{"TableName": "t", "Key": {"pk": {"S": "a"}}}'
+    built_here = [
+        AWSPreparedRequest("POST", root, json_headers, body, stream_output=False),
+        AWSPreparedRequest("POST", root, {**json_headers, "Host": "other.example"}, body, stream_output=False),
+        AWSPreparedRequest("POST", root, {"X-Amz-Target": "SageMaker.ListClusterNodes"}, b"{}", stream_output=False),
+        AWSPreparedRequest(  # SNS's query protocol: a form POSTed to the root
+            "POST", root, {"Content-Type": "application/x-www-form-urlencoded"}, b"Action=Publish", stream_output=False
+        ),
+    ]
+    built_by_moto = [
+        AWSPreparedRequest("POST", root + "?a=b%20c", json_headers, body, stream_output=False),
+        AWSPreparedRequest(
+            "POST", root + "2015-03-31/functions/f/invocations", json_headers, body, stream_output=False
+        ),
+        AWSPreparedRequest("GET", root, json_headers, body, stream_output=False),
+        AWSPreparedRequest("POST", root, json_headers, b"", stream_output=False),
+        AWSPreparedRequest("POST", root, json_headers, body.decode(), stream_output=False),
+        AWSPreparedRequest("POST", root.replace(".com/", ".com:8443/"), json_headers, body, stream_output=False),
+        AWSPreparedRequest("POST", root, {**json_headers, "x-amz-meta-my_key": "v"}, body, stream_output=False),
+        AWSPreparedRequest("POST", root, {**json_headers, "Transfer-Encoding": "chunked"}, body, stream_output=False),
+    ]
+    with mock.patch.object(
+        botocore_stubber, "normalize_request", side_effect=botocore_stubber.normalize_request
+    ) as moto_built:
+        for request in built_here + built_by_moto:
+            ours = moto_requests.request_of(request)
+            assert _environ(ours) == _environ(botocore_stubber.normalize_request(request)), request
+            assert ours.raw_url == botocore_stubber.normalize_request(request).raw_url
+    assert moto_built.call_count == 2 * len(built_here) + 3 * len(built_by_moto)
+
+
+def test_an_answer_gets_moto_s_request_id_and_only_an_xml_body_is_rewritten():
+    """moto_requests: every answer gets its request id header as moto gives it; an XML body's <RequestId> takes it
+    as moto writes it; a JSON (or bytes) body is returned as it was, never scanned."""
+    import re
+
+    from moto.core import responses as moto_responses
+
+    from tests.harness import moto_requests
+
+    json_body = '{"Items": [{"pk": {"S": "a"}}]}'
+    with mock.patch.object(moto_responses.re, "sub", side_effect=re.sub) as scans:
+        headers, body = moto_requests._enriched({"status": 200}, json_body)
+        assert body == json_body and headers["status"] == "200" and len(headers["x-amzn-requestid"]) == 52
+        assert json_body not in [c.args[2] for c in scans.call_args_list]
+        assert moto_requests._enriched({}, b"<RequestId>x</RequestId>")[1] == b"<RequestId>x</RequestId>"
+        headers, body = moto_requests._enriched({}, "<R><RequestId>old</RequestId></R>")
+        assert body == f"<R><RequestId>{headers['x-amzn-requestid']}</RequestId></R>"
+
+
+def test_timestamps_parse_to_the_same_instants_in_one_local_zone_and_gc_thresholds_come_back():
+    """moto_requests: botocore parses a timestamp to the same instant and zone as unpatched, with one tzlocal;
+    moto_patches: the cycle collector's thresholds are the harness's while it runs, and what they were after."""
+    import gc
+
+    import botocore.utils
+
+    from tests.harness import moto_patches
+
+    unpatched = [botocore.utils.parse_timestamp(v) for v in (1790000000, "1790000000.5", "2026-12-07T10:00:00Z")]
+    before = gc.get_threshold()
+    with moto_patches.patched(on_wait=lambda s: None):
+        patched = [botocore.utils.parse_timestamp(v) for v in (1790000000, "1790000000.5", "2026-12-07T10:00:00Z")]
+        assert gc.get_threshold() == moto_patches.GC_THRESHOLDS
+    assert gc.get_threshold() == before
+    assert patched == unpatched and [p.utcoffset() for p in patched] == [u.utcoffset() for u in unpatched]
+    assert patched[0].tzinfo is patched[1].tzinfo
