@@ -3,7 +3,8 @@
 moto's FilterLogEvents tested every event of every stream in the log group against the query, on every page, and
 listed every stream in `searchedLogStreams`: at 10,000 nodes a look at one round's lines walked 80,000 events and
 sent 10,000 stream names back and forth. Now each stream keeps its events in timestamp order (a stable sort: moto's
-order among equal timestamps) and a query reads from its `startTime` on, found by bisection. Two answers follow
+order among equal timestamps) and a query reads from its `startTime` on, found by bisection, in only the streams
+holding an event that late (each group keeps its streams by their latest timestamp). Two answers follow
 AWS where moto did not: `searchedLogStreams` is empty (AWS has returned an empty list since May 2020), and
 `logStreamNamePrefix` (which moto ignored) keeps only the streams it starts, refused together with
 `logStreamNames` as AWS refuses it. Everything else is moto's: the events, their order, the pages and the tokens.
@@ -30,10 +31,14 @@ from moto.logs.models import LogGroup, LogStream
 from moto.logs.responses import LogsResponse
 
 # A stream's events in timestamp order, their timestamps and how many of the stream's events they hold, kept on the
-# stream itself (the attribute's name is ours); the lock is held by a query while it reads or brings them up to date.
+# stream itself (the attribute's name is ours); the lock is held by a query while it reads or brings them up to date,
+# and by a write while it adds events and notes them (re-entrant: a write may end in another write).
 _ORDER = "_hpdhc_in_order"
-_ORDER_LOCK = threading.Lock()
+_ORDER_LOCK = threading.RLock()
 _KEPT: weakref.WeakSet[LogStream] = weakref.WeakSet()  # the streams holding one, cleared when the patches end
+# A group's streams by their latest timestamp, kept on the group itself while the patches run (see `_Latest`).
+_LATEST = "_hpdhc_latest"
+_INDEXED: weakref.WeakSet[LogGroup] = weakref.WeakSet()
 
 
 def _in_order(stream: LogStream) -> tuple[list[int], list[Any]]:
@@ -57,6 +62,92 @@ def _in_order(stream: LogStream) -> tuple[list[int], list[Any]]:
     setattr(stream, _ORDER, (stamps, ordered, len(events)))
     _KEPT.add(stream)
     return stamps, ordered
+
+
+class _Latest:
+    """A log group's streams by the latest timestamp each holds, and in the group's own order (its dict's), so that
+    a query from `startTime` on reads only the streams that reach it, in the order moto reads every stream: at 10,000
+    nodes a round's look met 10,000 streams of which a few dozen had lines since. Made from the group at its first
+    query, then kept by every stream created, deleted or written (moto's, the fake's and the API's writes all go
+    through LogGroup.create_log_stream / delete_log_stream and LogStream.put_log_events); made again when the group
+    holds more or fewer streams than it knows (a creation or deletion it missed costs a remake, never an answer).
+    Every method is called holding _ORDER_LOCK."""
+
+    def __init__(self, group: LogGroup) -> None:
+        self.order: dict[str, int] = {}  # stream name -> place in the group's dict
+        self.latest: dict[str, int] = {}  # stream name -> its latest timestamp (streams with events)
+        self.by_latest: list[tuple[int, str]] = []  # sorted
+        self.next = 0
+        for name, stream in group.streams.items():
+            self.created(name)
+            stamps, _ = _in_order(stream)
+            if stamps:
+                self.wrote(name, stamps[-1])
+
+    def created(self, name: str) -> None:
+        self.order[name] = self.next
+        self.next += 1
+
+    def deleted(self, name: str) -> None:
+        self.order.pop(name, None)
+        if (stamp := self.latest.pop(name, None)) is not None:
+            del self.by_latest[bisect.bisect_left(self.by_latest, (stamp, name))]
+
+    def wrote(self, name: str, stamp: int) -> None:
+        before = self.latest.get(name)
+        if before is not None and before >= stamp:
+            return
+        if before is not None:
+            del self.by_latest[bisect.bisect_left(self.by_latest, (before, name))]
+        self.latest[name] = stamp
+        bisect.insort(self.by_latest, (stamp, name))
+
+    def reaching(self, start_time: int) -> list[str]:
+        """The streams holding an event at or after `start_time`, in the group's order."""
+        names = [name for _, name in self.by_latest[bisect.bisect_left(self.by_latest, (start_time, "")) :]]
+        return sorted(names, key=self.order.__getitem__)
+
+
+def _latest(group: LogGroup) -> _Latest:
+    """The group's `_Latest`, made (again) when it has none or the group holds streams it does not know."""
+    latest = group.__dict__.get(_LATEST)
+    if latest is None or len(latest.order) != len(group.streams):
+        latest = _Latest(group)
+        setattr(group, _LATEST, latest)
+        _INDEXED.add(group)
+    return latest
+
+
+def _creating(create: Any) -> Any:
+    def create_log_stream(self: LogGroup, log_stream_name: str) -> None:
+        with _ORDER_LOCK:
+            create(self, log_stream_name)
+            if (latest := self.__dict__.get(_LATEST)) is not None:
+                latest.created(log_stream_name)
+
+    return create_log_stream
+
+
+def _deleting(delete: Any) -> Any:
+    def delete_log_stream(self: LogGroup, log_stream_name: str) -> None:
+        with _ORDER_LOCK:
+            delete(self, log_stream_name)
+            if (latest := self.__dict__.get(_LATEST)) is not None:
+                latest.deleted(log_stream_name)
+
+    return delete_log_stream
+
+
+def _writing(put: Any) -> Any:
+    def put_log_events(self: LogStream, log_events: list[dict[str, Any]]) -> str:
+        with _ORDER_LOCK:
+            token = put(self, log_events)
+            latest = self.log_group.__dict__.get(_LATEST)
+            if latest is not None and log_events and self.log_group.streams.get(self.log_stream_name) is self:
+                latest.wrote(self.log_stream_name, max(e["timestamp"] for e in log_events))
+            return token
+
+    return put_log_events
 
 
 def _stream_events(stream: LogStream, start_time: int, end_time: int, pattern: Any) -> list[dict[str, Any]]:
@@ -91,9 +182,13 @@ def _group_filter_log_events(
     limit = limit or 10000
     events: list[dict[str, Any]] = []
     pattern = logs_models.EventMessageFilter(filter_pattern)
+    wanted = set(log_stream_names or ())
     with _ORDER_LOCK:
-        for name, stream in list(self.streams.items()):  # a stream created meanwhile waits for the next query
-            if (not log_stream_names or name in log_stream_names) and name.startswith(log_stream_name_prefix or ""):
+        # From `startTime` on: only the streams that reach it (the others answer nothing); else every stream.
+        names = _latest(self).reaching(start_time) if start_time else list(self.streams)
+        for name in names:
+            stream = self.streams.get(name)
+            if stream is not None and (not wanted or name in wanted) and name.startswith(log_stream_name_prefix or ""):
                 events += _stream_events(stream, start_time, end_time, pattern)
     if interleaved:
         events = sorted(events, key=lambda event: event["timestamp"])
@@ -152,7 +247,12 @@ _original_response = LogsResponse.filter_log_events
 @contextlib.contextmanager
 def faster_filters() -> Iterator[None]:
     """moto's CloudWatch Logs with the patches above."""
-    with mock.patch.object(LogsResponse, "filter_log_events", _filter_log_events):
+    with (
+        mock.patch.object(LogsResponse, "filter_log_events", _filter_log_events),
+        mock.patch.object(LogGroup, "create_log_stream", _creating(LogGroup.create_log_stream)),
+        mock.patch.object(LogGroup, "delete_log_stream", _deleting(LogGroup.delete_log_stream)),
+        mock.patch.object(LogStream, "put_log_events", _writing(LogStream.put_log_events)),
+    ):
         try:
             yield
         finally:
@@ -160,3 +260,6 @@ def faster_filters() -> Iterator[None]:
                 for stream in list(_KEPT):
                     stream.__dict__.pop(_ORDER, None)
                 _KEPT.clear()
+                for group in list(_INDEXED):
+                    group.__dict__.pop(_LATEST, None)
+                _INDEXED.clear()

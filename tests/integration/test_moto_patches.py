@@ -259,9 +259,9 @@ def _result_streams(backend, group: str, start: int, count: int) -> None:
 
 
 def test_filter_log_events_answers_page_for_page_as_moto_does():
-    """moto_logs keeps each stream's events in timestamp order and reads a query's window by bisection: every page
-    the same events, in the same order, with the same tokens as moto's own, before and after more events come, some
-    of them late."""
+    """moto_logs keeps each stream's events in timestamp order and reads a query's window by bisection, from the
+    streams that reach it: every page the same events, in the same order, with the same tokens as moto's own, before
+    and after more events come (some of them late), a stream is deleted and made again, and a new one is written."""
     import boto3
     from moto import mock_aws
     from moto.logs import models as logs_models
@@ -290,6 +290,14 @@ def test_filter_log_events_answers_page_for_page_as_moto_does():
             for start, count in ((0, 120), (120, 40), (160, 1)):
                 _result_streams(backend, "g", start, count)
                 pages += [_log_pages(logs, logGroupName="g", **q) for q in queries]
+            # Through the API: a stream deleted and made again (last in the group's order now), a new one.
+            logs.delete_log_stream(logGroupName="g", logStreamName="DeepHealthCheckResults/i-02")
+            for name in ("DeepHealthCheckResults/i-02", "DeepHealthCheckResults/i-99"):
+                logs.create_log_stream(logGroupName="g", logStreamName=name)
+                logs.put_log_events(
+                    logGroupName="g", logStreamName=name, logEvents=[{"timestamp": 1_045_000, "message": "INFO new"}]
+                )
+            pages += [_log_pages(logs, logGroupName="g", **q) for q in queries]
             return [[_plain(events, token) for events, token in query] for query in pages]
 
     with mock.patch.object(logs_models, "EventMessageFilter", moto_patches.CloudWatchFilter):  # (e) alone
