@@ -401,7 +401,9 @@ class FakeHyperPod(HealthChecks):
             index = self._listing_index[(c.arn, order)] = SortedIndex.of(len(changes), c.nodes.values(), key)
         elif index.seen < len(changes):
             index.moved(len(changes), [n for n in changes[index.seen :] if c.nodes.get(n.logical_id) is n], key)
-        page, token = index.page(keep, p, descending=p.get("SortOrder") == "Descending")
+        # By creation: only the window's part of the index is walked (`keep` admits nothing outside it).
+        above, below = (None, None) if by_name else (p.get("CreationTimeAfter"), p.get("CreationTimeBefore"))
+        page, token = index.page(keep, p, descending=p.get("SortOrder") == "Descending", above=above, below=below)
         summaries = []
         for n in page:
             s = {

@@ -7,6 +7,7 @@ import base64
 import bisect
 import heapq
 import json
+import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -265,15 +266,23 @@ class SortedIndex:
         self.seen = seen
 
     def page(
-        self, keep: Callable[[Any], bool], p: dict[str, Any], descending: bool
+        self,
+        keep: Callable[[Any], bool],
+        p: dict[str, Any],
+        descending: bool,
+        above: Any = None,
+        below: Any = None,
     ) -> tuple[list[Any], dict[str, str]]:
-        """`_paginate` of the items `keep` admits: the same pages and tokens."""
+        """`_paginate` of the items `keep` admits: the same pages and tokens. `above`, `below`: `keep` admits no item
+        whose key's first part is not above or not below these (a creation-time window: only it is walked)."""
         size, cursor = _page_size(p), _cursor(p)
+        lo = 0 if above is None else bisect.bisect_right(self.keys, [above, math.inf])
+        hi = len(self.keys) if below is None else bisect.bisect_left(self.keys, [below, -math.inf])
         if descending:
-            end = len(self.keys) if cursor is None else bisect.bisect_left(self.keys, cursor)
-            positions: Iterable[int] = range(end - 1, -1, -1)
+            end = hi if cursor is None else min(hi, bisect.bisect_left(self.keys, cursor))
+            positions: Iterable[int] = range(end - 1, lo - 1, -1)
         else:
-            positions = range(0 if cursor is None else bisect.bisect_right(self.keys, cursor), len(self.keys))
+            positions = range(lo if cursor is None else max(lo, bisect.bisect_right(self.keys, cursor)), hi)
         first: list[int] = []
         for i in positions:
             if keep(self.items[i]):

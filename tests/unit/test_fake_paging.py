@@ -64,3 +64,37 @@ def test_the_index_pages_as_paginate_does_after_items_come_and_keys_change(items
         ours = _walk(lambda q, d=descending: index.page(keep, q, d), p)
         theirs = _walk(lambda q, d=descending: _paginate([i for i in nodes if keep(i)], key, q, d), p)
         assert ours == theirs
+
+
+@given(
+    ITEMS,
+    st.integers(1, 12),
+    st.booleans(),
+    st.one_of(st.none(), st.integers(-1, 21), st.floats(-1, 21)),
+    st.one_of(st.none(), st.integers(-1, 21), st.floats(-1, 21)),
+)
+def test_a_window_of_the_first_key_walks_only_its_part_and_pages_as_paginate_does(
+    items, size, descending, above, below
+):
+    """`above`/`below` (a ListClusterNodes creation-time window): the same pages as `_paginate` of the items inside
+    it, the bounds themselves left out (CreationTimeAfter and CreationTimeBefore are exclusive), and no item outside
+    it is looked at."""
+
+    def key(item):
+        return [item[0], items.index(item)]
+
+    def inside(item):
+        return (above is None or item[0] > above) and (below is None or item[0] < below)
+
+    looked_at = []
+
+    def keep(item):
+        looked_at.append(item)
+        return inside(item) and item[1] != 2
+
+    index = SortedIndex.of(0, items, key)
+    p = {"MaxResults": size}
+    ours = _walk(lambda q: index.page(keep, q, descending, above=above, below=below), p)
+    theirs = _walk(lambda q: _paginate([i for i in items if inside(i) and i[1] != 2], key, q, descending), p)
+    assert ours == theirs
+    assert all(inside(i) for i in looked_at)
