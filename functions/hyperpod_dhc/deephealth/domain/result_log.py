@@ -24,10 +24,9 @@ Placed = tuple[Finding, Ownership, str | None]  # a finding, its stream's owners
 def named(record: NodeRecord) -> Named:
     """What a record's stream may be named by now, and by what it was named before."""
     hostname = short_hostname(record.hostname)
-    current = {record.instance_id, record.logical_id, hostname}
-    past = tuple(n for n in (*record.instance_ids, *record.hostnames) if n not in current)
-    live = record.state != NodeState.GONE
-    return Named(record.key, record.instance_id, record.logical_id, hostname, past, live)
+    current = (record.instance_id, record.logical_id, hostname)
+    past = tuple([n for n in (*record.instance_ids, *record.hostnames) if n not in current])
+    return Named(record.key, record.instance_id, record.logical_id, hostname, past, record.state != NodeState.GONE)
 
 
 def failures_from(record: NodeRecord) -> float | None:

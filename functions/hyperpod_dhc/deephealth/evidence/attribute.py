@@ -24,6 +24,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
 from hyperpod_dhc.deephealth.evidence.classify import Finding
 from hyperpod_dhc.deephealth.evidence.rules import HOSTNAME, INSTANCE_ID, Kind
@@ -40,9 +41,9 @@ class Ownership(str, Enum):
     UNPLACED = "unplaced"
 
 
-@dataclass(frozen=True)
-class Named:
-    """A node as attribution sees it: its key and the names its stream may carry now (`past`: names it had)."""
+class Named(NamedTuple):
+    """A node as attribution sees it: its key and the names its stream may carry now (`past`: names it had). A
+    tuple: a look at a 10,000-node cluster makes one a node."""
 
     key: str
     instance_id: str | None = None
@@ -66,9 +67,10 @@ class StreamIndex:
         past: set[str] = set()
         for node in nodes:
             if not node.live:
-                past.update(n.lower() for n in (node.instance_id, node.logical_id, node.hostname, *node.past) if n)
+                past.update([n.lower() for n in (node.instance_id, node.logical_id, node.hostname, *node.past) if n])
                 continue
-            past.update(n.lower() for n in node.past if n)
+            if node.past:
+                past.update([n.lower() for n in node.past if n])
             for name in (node.instance_id, node.logical_id, node.hostname):
                 if name:
                     key = name.lower()

@@ -98,8 +98,9 @@ def observe_members(
     view = ctx.view(cluster, load_records=False)
     listed = {s.key: s for window in windows for s in ctx.hyperpod.list_nodes(cluster, window) if s.key}
     loaded = ctx.table.load_cluster(cluster).items()  # warm: only what was saved since the last load is read
-    everyone = {k: r for k, r in loaded if r.cluster_id in (None, view.info.cluster_id)}
-    checking = {k: r for k, r in everyone.items() if r.state == NodeState.CHECKING}
+    ours, checking_state = (None, view.info.cluster_id), NodeState.CHECKING  # read once: a pass over every record
+    everyone = {k: r for k, r in loaded if r.cluster_id in ours}
+    checking = {k: r for k, r in everyone.items() if r.state == checking_state}
     # This round's members, and with `elsewhere` the nodes out of another check: what the windows list of them is
     # folded as listed; one out of its check they leave out, once its lines are due, on its last look.
     judged = {k: r for k, r in checking.items() if r.round_id == round_id or (elsewhere and r.check_left_at)}
