@@ -21,7 +21,7 @@ import itertools
 import json
 import threading
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 from unittest import mock
 
@@ -118,24 +118,16 @@ def _latest(group: LogGroup) -> _Latest:
     return latest
 
 
-def _creating(create: Any) -> Any:
-    def create_log_stream(self: LogGroup, log_stream_name: str) -> None:
+def _noting(change: Any, note: Callable[[_Latest, str], None]) -> Any:
+    """moto's LogGroup.create_log_stream or delete_log_stream, told to the group's `_Latest` when it keeps one."""
+
+    def run(self: LogGroup, log_stream_name: str) -> None:
         with _ORDER_LOCK:
-            create(self, log_stream_name)
+            change(self, log_stream_name)
             if (latest := self.__dict__.get(_LATEST)) is not None:
-                latest.created(log_stream_name)
+                note(latest, log_stream_name)
 
-    return create_log_stream
-
-
-def _deleting(delete: Any) -> Any:
-    def delete_log_stream(self: LogGroup, log_stream_name: str) -> None:
-        with _ORDER_LOCK:
-            delete(self, log_stream_name)
-            if (latest := self.__dict__.get(_LATEST)) is not None:
-                latest.deleted(log_stream_name)
-
-    return delete_log_stream
+    return run
 
 
 def _writing(put: Any) -> Any:
@@ -249,8 +241,8 @@ def faster_filters() -> Iterator[None]:
     """moto's CloudWatch Logs with the patches above."""
     with (
         mock.patch.object(LogsResponse, "filter_log_events", _filter_log_events),
-        mock.patch.object(LogGroup, "create_log_stream", _creating(LogGroup.create_log_stream)),
-        mock.patch.object(LogGroup, "delete_log_stream", _deleting(LogGroup.delete_log_stream)),
+        mock.patch.object(LogGroup, "create_log_stream", _noting(LogGroup.create_log_stream, _Latest.created)),
+        mock.patch.object(LogGroup, "delete_log_stream", _noting(LogGroup.delete_log_stream, _Latest.deleted)),
         mock.patch.object(LogStream, "put_log_events", _writing(LogStream.put_log_events)),
     ):
         try:
