@@ -15,7 +15,7 @@ export PATH := $(CURDIR)/$(VENV)/bin:$(PATH)
 CALLER_DEFAULT_REGION := $(AWS_DEFAULT_REGION)
 export AWS_DEFAULT_REGION ?= us-east-1
 
-.PHONY: install oldest-python slurm browser test lint unit integration infra simulation bridge synth plan deploy destroy deploy-moto release deploy-bundle-moto demo bench bench-slurm coldstart faults fidelity openapi clean
+.PHONY: install oldest-python slurm browser test lint suites unit integration infra simulation bridge synth plan deploy destroy deploy-moto release deploy-bundle-moto demo bench bench-slurm coldstart faults fidelity openapi clean
 
 # The dev venv: the pinned stack (`dev` group and `lambda` extra), the operator CLI `hpdhc` as an operator gets it (editable: its
 # one dependency, boto3, is already in the group), and a .pth putting the repository root, functions/ and infra/ (the
@@ -106,7 +106,12 @@ lint: install
 	$(VENV)/bin/mypy functions infra tests/harness tests/twin tests/fakes  # strict on functions/ (pyproject.toml)
 	$(VENV)/bin/mypy --python-version 3.10 -p hyperpod_dhc.hpdhc -p hyperpod_dhc.deephealth.evidence  # what runs on the oldest Python (requires-python)
 
-test: install lint
+# Lint and the suites at once: lint's one process takes the core the suites leave idle while the bridge's
+# real-Slurm tests wait on slurmctld. Either failing fails `make test` (once both have ended).
+test: install
+	@$(MAKE) --no-print-directory -j2 lint suites
+
+suites: install
 	# --no-loadscope-reorder: work goes out in collection order, heaviest first (tests/conftest.py), not the groups first.
 	$(PY) -m pytest -n 2 --dist loadgroup --no-loadscope-reorder --durations=15  # the slowest 15, for the time budget
 
