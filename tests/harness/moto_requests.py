@@ -68,8 +68,8 @@ def _unsigned(self: botocore.auth.SigV4Auth, request: AWSPreparedRequest) -> Non
 def request_of(request: AWSPreparedRequest) -> Request:
     """moto's werkzeug request of a botocore request (`normalize_request`). A POST of a body to an https root with no
     port or query (a JSON-protocol call) gets the environ werkzeug's EnvironBuilder makes of it, built here; anything
-    else (a path, a query, no body, a stream, a header werkzeug would join or moto keeps the spelling of) is moto's
-    own."""
+    else (a path, a query, no body, a stream, a header moto drops or keeps the spelling of) is moto's own. botocore's
+    headers hold one value a name (a HeadersDict), so none is joined."""
     url = request.url
     body = request.body
     if request.method != "POST" or not isinstance(body, bytes) or not body or not url.startswith("https://"):
@@ -96,12 +96,10 @@ def request_of(request: AWSPreparedRequest) -> Request:
         "wsgi.multiprocess": False,
         "wsgi.run_once": False,
     }
-    names = set()
     for key, value in request.headers.items():
         lower = key.lower()
-        if "_" in key or lower in names or lower == "transfer-encoding":
-            return botocore_stubber.normalize_request(request)  # joined, kept as spelled, or dropped by moto
-        names.add(lower)
+        if "_" in key or lower == "transfer-encoding":
+            return botocore_stubber.normalize_request(request)  # kept as spelled, or dropped by moto
         if isinstance(value, bytes):
             value = value.decode("utf-8")
         if lower == "content-type":
