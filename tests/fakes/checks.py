@@ -115,6 +115,7 @@ class HealthChecks:
     check_duration_s: dict[str, float]
     started_while_active: int
     rejected_while_active: list[tuple[float, str, list[dict[str, Any]]]]
+    asked_past_held: list[str]
     _t: float
     _seq: Iterator[int]
     _reading_rng: random.Random
@@ -155,7 +156,13 @@ class HealthChecks:
         if active is None:
             check = self._new_check(c, configs)
         else:
-            self.started_while_active += 1
+            # isolated_holds_operation: every node still in the operation is one whose test is over, held there
+            # until someone reboots or replaces it. A request then is no request while a check runs; it is
+            # counted apart (its operation's id), and the controller sends one an operation at most.
+            if active.holding and active.pending <= active.holding:
+                self.asked_past_held.append(active.operation_id)
+            else:
+                self.started_while_active += 1
             mode = self.readings.second_check_request
             if mode == "reject":  # INFERRED: the doc only states the limit, not the error
                 self.rejected_while_active.append((self._t, c.name, configs))

@@ -171,6 +171,7 @@ class FakeHyperPod(HealthChecks):
         self.actions: list[tuple[float, str, str, str]] = []  # (time, reboot|replace, logical id, actor)
         self.started_while_active = 0
         self.rejected_while_active: list[tuple[float, str, list[dict[str, Any]]]] = []
+        self.asked_past_held: list[str] = []  # requests sent past an operation only held open (their operation ids)
         self._faults: dict[str, collections.deque[ApiError]] = collections.defaultdict(collections.deque)
         clock.subscribe(self._run_until)
 

@@ -190,8 +190,31 @@ def test_an_operation_held_open_by_an_isolated_node_is_said_once_and_asked_past(
     harness.run_until(lambda: _final(harness, "demo", 4), horizon_s=12 * 3600)
     records = harness.records("demo")
     assert all(records[lid].state == NodeState.PASSED for lid in late), "asked past the stuck operation: merged"
+    assert len(fake.asked_past_held) == 1 and fake.started_while_active == 0
     overdue = [n for n in harness.notifications() if n["attributes"]["kind"] == "check-overdue"]
     assert len(overdue) == 1 and overdue[0]["message"]["in_progress_s"] > 2 * 45 * 60
+
+
+@pytest.mark.controller_config({"clusters": ["demo"], "defaults": {"gather_window_s": 0, "recovery": "none"}})
+def test_an_operation_held_open_that_refuses_is_asked_past_once_and_the_rounds_wait_for_it(harness, fake):
+    """As above, but this HyperPod refuses a second request: the one request past the held operation is refused, and
+    the rounds waiting for the operation to close (a ClusterBusy retry every 3 minutes) never send another."""
+    fake.readings = Readings(failed_status="DeepHealthCheckInProgress", isolated_holds_operation=True)
+    fake.create_cluster("demo", [GroupSpec("workers", count=2)])
+    stuck = next(iter(fake.cluster("demo").nodes))
+    fake.set_truth("demo", stuck, "fail")
+    harness.run_until(lambda: _final(harness, "demo", 2), horizon_s=8 * 3600)
+    held = fake.cluster("demo").check
+    assert held is not None and fake.asked_past_held == []
+
+    late = [fake.add_node("demo", "workers", ready_after_s=600) for _ in range(2)]
+    harness.run_until(lambda: False, horizon_s=6 * 3600)
+    assert fake.asked_past_held == [held.operation_id], "asked past once, refused, and never again"
+    assert fake.started_while_active == 0 and len(fake.rejected_while_active) == 1
+    records = harness.records("demo")
+    assert all(records[lid].state == NodeState.PENDING for lid in late), "they wait for the operation to close"
+    overdue = [n for n in harness.notifications() if n["attributes"]["kind"] == "check-overdue"]
+    assert len(overdue) == 1, "said once"
 
 
 PAIRS = {"pairs": {"checks": ["InstanceStress", "InstanceConnectivity"]}}

@@ -102,7 +102,7 @@ def test_simulate_json_prints_one_report_and_nothing_else(tmp_path):
         cwd=tmp_path,
     )
     report = json.loads(done.stdout)  # the whole of stdout is one JSON document
-    assert report["version"] == 8 and report["scenario"] == "tiny" and report["nodes"] == 3
+    assert report["version"] == 9 and report["scenario"] == "tiny" and report["nodes"] == 3
     assert set(report) >= {
         "verdicts",
         "actions",

@@ -39,6 +39,10 @@ arrived after its verdict; per node `reversals`) and `readings`, what the contro
 naming, line shapes, lag, statuses after a failed check, busy errors; `domain.readings.ClusterReadings`) with
 `as_fidelity`, the same as a scenario's `fidelity` block.
 
+Version 9 added `checks.asked_past_held_max`: the most requests the controller sent past one check operation
+HyperPod held open after its check was over (isolated_holds_operation); such requests are not counted in
+`started_while_active`, and the invariants allow one an operation.
+
 Version 8 added `record_lag_s` {p50, p95, max}: per node that became ready, the seconds from then until its record
 first showed it (`recorded_ready_at`: what `hpdhc nodes`, the Slurm bridge's document and the ready-to-verdict
 clock see); per node in `node_details`, `record_lag_s` (null for a node never ready or never recorded).
@@ -83,7 +87,7 @@ from hyperpod_dhc.deephealth.domain.policy import Budget, parse_config
 from tests.harness.engine import TABLE_NAME
 from tests.twin.simulation import CONTROLLER_GROUP, SimulatedHyperPod, Twin
 
-REPORT_VERSION = 8
+REPORT_VERSION = 9
 INCONCLUSIVE_ALERT = "node-inconclusive"  # the notification an operator gets for a node left inconclusive
 VERDICT_CATEGORIES = (
     "passed", "passed_after_reboot", "replaced", "quarantined", "failed", "inconclusive", "gone", "held",
@@ -247,6 +251,8 @@ def build_report(twin: Twin, wall_s: float) -> dict[str, Any]:
             # The controller's own requests while its own check was active; a foreign check is no fault of its.
             "started_while_active": sim.started_while_active - foreign_while_active,
             "rejected_while_active": len(sim.rejected_while_active),
+            # Requests past an operation only held open (isolated_holds_operation): the most one operation got.
+            "asked_past_held_max": max(Counter(sim.asked_past_held).values(), default=0),
             "foreign": len(sim.foreign_checks),
             "started_while_foreign_active": foreign_while_active,
         },

@@ -269,6 +269,7 @@ class SimulatedHyperPod(Workload, FakeHyperPod):
         ids = [c.nodes[lid].instance_id for lid in logical_ids]
         config = {"InstanceGroupName": group, "InstanceIds": ids, "DeepHealthChecks": ["InstanceStress"]}
         before, counted, rejected = c.check, self.started_while_active, len(self.rejected_while_active)
+        held = len(self.asked_past_held)
         try:
             self._op_start_cluster_health_check(
                 {"ClusterName": cluster, "DeepHealthCheckConfigurations": [config]}, True
@@ -278,6 +279,7 @@ class SimulatedHyperPod(Workload, FakeHyperPod):
         finally:  # the operator's request meeting ours is not the controller's doing
             self.started_while_active = counted
             del self.rejected_while_active[rejected:]
+            del self.asked_past_held[held:]
         if c.check is None:
             return "ended"
         if c.check is before:

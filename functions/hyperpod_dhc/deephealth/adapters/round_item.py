@@ -24,6 +24,7 @@ class RoundMeta:
     changed_at: float | None = None
     arrivals_looked_at: float | None = None  # the last look for arrivals (`claim_arrivals_look`, `note_whole_look`)
     arrival_noted_at: float | None = None  # the last readiness event that found that look too recent to take one
+    asked_past: str | None = None  # the overdue check operation a request was last sent past (`note_asked_past`)
 
 
 class RoundItem:
@@ -101,6 +102,18 @@ class RoundItem:
         return self._update_round(cluster, "SET check_requested = :h", Attr("holder").eq(holder), {":h": holder})
 
     @aws.translated
+    def note_asked_past(self, cluster: str, operation_id: str) -> bool:
+        """Record that a request is about to be sent past the overdue operation `operation_id`: False when one
+        already was (whichever round sent it), so that an operation HyperPod keeps open is asked past once, not
+        at every retry of a round that waits for it."""
+        return self._update_round(
+            cluster,
+            "SET asked_past = :op",
+            Attr("asked_past").not_exists() | Attr("asked_past").ne(operation_id),
+            {":op": operation_id},
+        )
+
+    @aws.translated
     def release_lease(self, cluster: str, holder: str) -> bool:
         """Release the lease and advance the round sequence; False if `holder` no longer held it."""
         return self._update_round(
@@ -145,6 +158,7 @@ def _round_meta(item: dict[str, Any]) -> RoundMeta:
         changed_at=float(item["changed_at"]) if "changed_at" in item else None,
         arrivals_looked_at=float(item["arrivals_looked_at"]) if "arrivals_looked_at" in item else None,
         arrival_noted_at=float(item["arrival_noted_at"]) if "arrival_noted_at" in item else None,
+        asked_past=item.get("asked_past"),
     )
 
 

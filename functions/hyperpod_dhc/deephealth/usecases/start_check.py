@@ -68,10 +68,19 @@ def start_check(ctx: Context, state: RoundState) -> RoundState:
     if ready and not requested and (active := ctx.hyperpod.active_check(state.cluster)) is not None:
         # HyperPod's operation, not node statuses, says a check is active (a dead round's, an operator's):
         # asking now is only refused. One open for longer than any check takes (held open by a node isolated
-        # after failing it?) is said once, and asked past: HyperPod may merge or supersede, else it refuses.
+        # after failing it?) is said once, and asked past once: HyperPod may merge or supersede; if it refuses,
+        # the rounds wait for it to close (asking at every retry would only be refused again).
         note_look(ctx, view, None, [], active, now)
         if not operation_overdue(view, active, now):
             raise ClusterBusy(f"a deep health check this round did not start is in progress on {state.cluster}")
+        if not ctx.table.note_asked_past(state.cluster, active.operation_id):
+            raise ClusterBusy(
+                f"operation {active.operation_id} on {state.cluster} is overdue and was asked past once already"
+            )
+        logger.warning(
+            "asking past an overdue check operation",
+            extra={"round_id": state.round_id, "operation_id": active.operation_id},
+        )
     save_and_announce(
         ctx,
         [
