@@ -217,6 +217,34 @@ def test_an_operation_held_open_that_refuses_is_asked_past_once_and_the_rounds_w
     assert len(overdue) == 1, "said once"
 
 
+@pytest.mark.controller_config({"clusters": ["demo"], "defaults": {"gather_window_s": 120}})
+def test_a_node_holding_the_operation_open_is_recovered_before_the_next_check_starts(harness, fake):
+    """A failed node left isolated holds HyperPod's operation open (this HyperPod refuses a second request) while its
+    reboot is refused and retried later; new nodes arrive, and the round that claims them finds the node due again:
+    it recovers it first (Recover before check), which ends the operation, and the new nodes' check starts. Checking
+    first, the round waited at Start check for an operation only its own recovery would end."""
+    fake.readings = Readings(failed_status="DeepHealthCheckInProgress", isolated_holds_operation=True)
+    fake.create_cluster("demo", [GroupSpec("workers", count=2)])
+    stuck = next(iter(fake.cluster("demo").nodes))
+    fake.set_truth("demo", stuck, "fail", cured_by="reboot")
+    fake.inject_error("BatchRebootClusterNodes", code="ValidationException", status=400, times=10_000)
+    harness.run_until(lambda: harness.records("demo").get(stuck) is not None
+                      and harness.records("demo")[stuck].state == NodeState.RECOVERY_DUE and not harness.running(),
+                      horizon_s=8 * 3600)  # fmt: skip
+    assert fake.cluster("demo").check is not None, "its operation is held open"
+
+    # The new nodes are claimed (after the 120 s gather window) a minute after the refused reboot is due again.
+    last = harness.records("demo")[stuck].history[-1]
+    retry_at = last.at + float(last.reason.rsplit("retry in ", 1)[1].split()[0])
+    fake._faults["BatchRebootClusterNodes"].clear()
+    late = [fake.add_node("demo", "workers", ready_after_s=retry_at - fake.clock.now() - 60) for _ in range(2)]
+    harness.run_until(lambda: _final(harness, "demo", 4), horizon_s=3 * 3600)
+    records = harness.records("demo")
+    assert all(records[lid].state == NodeState.PASSED for lid in late), [records[lid].state for lid in late]
+    assert records[stuck].state == NodeState.PASSED and records[stuck].attempts == 1, "rebooted, checked again"
+    assert fake.asked_past_held == [] and fake.started_while_active == 0, "no request while the operation was held"
+
+
 PAIRS = {"pairs": {"checks": ["InstanceStress", "InstanceConnectivity"]}}
 
 

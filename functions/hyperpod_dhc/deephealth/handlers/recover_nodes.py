@@ -1,4 +1,4 @@
-"""RecoverNodes: the round workflow's "Recover nodes" step."""
+"""RecoverNodes: the round workflow's "Recover nodes" step (and "Recover decided nodes", "Recover before check")."""
 
 from hyperpod_dhc.deephealth.handlers.round_step import round_step
 from hyperpod_dhc.deephealth.settings import RecoverNodesSettings
