@@ -47,7 +47,11 @@ SAVED_INDEX = "BySavedAt"
 # A save is stamped by its writer's clock and shows in the index within about a second: a "saved since t?" asks
 # from this much earlier, so that a save that landed late is not missed.
 SAVE_MARGIN_S = 60
-WHOLE_RELOAD_S = 900  # a warm Lambda reads a cluster's records whole at least this often (and on a cold start)
+# A warm Lambda reads a cluster's records whole at least this often (and on a cold start): the backstop for a save
+# whose index entry showed later than the margin. Such a copy is only ever read stale (every save is conditional
+# on the version it read) and node records are never deleted; a whole read of a 10,000-node cluster is 10,000 items
+# for each function that looks at it, so hourly, not every 15 minutes.
+WHOLE_RELOAD_S = 3600
 BATCH_GET_MAX = 100  # keys per BatchGetItem (the API's limit)
 Doc = TypeVar("Doc", SafetyState, ClusterReadings)  # a cluster-wide document: `cluster`, `version`
 BATCH_GET_ATTEMPTS = 5
