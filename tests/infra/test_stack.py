@@ -225,6 +225,23 @@ def test_every_lambda_task_retries_service_errors_and_is_caught(asl: dict[str, A
         assert transient[name] == transient[first], f"{name!r} retries transient errors unlike {first!r}"
 
 
+def test_every_error_the_workflow_names_is_an_exception_the_functions_raise(asl: dict[str, Any]) -> None:
+    """Python exception names are the contract with the ASL: a renamed class would leave a Retry or Catch that
+    never matches (RecoveryFirst's Catch would become the round's abandonment)."""
+    from hyperpod_dhc.deephealth.domain import errors
+
+    named = {
+        e
+        for s in asl["States"].values()
+        for rule in (*s.get("Retry", []), *s.get("Catch", []))
+        for e in rule["ErrorEquals"]
+        if not e.startswith(("States.", "Lambda."))
+    }
+    assert {"ClusterBusy", "RecoveryFirst", "Throttled", "TransientError"} <= named
+    for name in named:
+        assert isinstance(getattr(errors, name, None), type) and issubclass(getattr(errors, name), Exception), name
+
+
 def test_state_machine_invokes_exactly_the_task_functions(template_json: dict[str, Any]) -> None:
     (machine,) = resources(template_json, "AWS::StepFunctions::StateMachine").values()
     role = machine["Properties"]["RoleArn"]["Fn::GetAtt"][0]

@@ -245,6 +245,28 @@ def test_a_node_holding_the_operation_open_is_recovered_before_the_next_check_st
     assert fake.asked_past_held == [] and fake.started_while_active == 0, "no request while the operation was held"
 
 
+@pytest.mark.controller_config({"clusters": ["demo"], "defaults": {"gather_window_s": 0}})
+def test_a_round_waiting_at_start_check_recovers_the_node_holding_the_operation_once_it_is_due(harness, fake):
+    """As above, but the new nodes are claimed while the refused reboot is not due again yet: Start check waits
+    (ClusterBusy, every 3 minutes), and the try that finds the node due goes to Recover before check (RecoveryFirst)
+    instead of waiting out its 5 hours at Start check."""
+    fake.readings = Readings(failed_status="DeepHealthCheckInProgress", isolated_holds_operation=True)
+    fake.create_cluster("demo", [GroupSpec("workers", count=2)])
+    stuck = next(iter(fake.cluster("demo").nodes))
+    fake.set_truth("demo", stuck, "fail", cured_by="reboot")
+    fake.inject_error("BatchRebootClusterNodes", code="ValidationException", status=400, times=10_000)
+    harness.run_until(lambda: harness.records("demo").get(stuck) is not None
+                      and harness.records("demo")[stuck].state == NodeState.RECOVERY_DUE and not harness.running(),
+                      horizon_s=8 * 3600)  # fmt: skip
+    fake._faults["BatchRebootClusterNodes"].clear()
+    late = [fake.add_node("demo", "workers", ready_after_s=1) for _ in range(2)]
+    harness.run_until(lambda: _final(harness, "demo", 4), horizon_s=3 * 3600)
+    records = harness.records("demo")
+    assert all(records[lid].state == NodeState.PASSED for lid in late), [records[lid].state for lid in late]
+    assert records[stuck].state == NodeState.PASSED and records[stuck].attempts == 1, "rebooted, checked again"
+    assert fake.asked_past_held == [] and fake.started_while_active == 0, "no request while the operation was held"
+
+
 PAIRS = {"pairs": {"checks": ["InstanceStress", "InstanceConnectivity"]}}
 
 

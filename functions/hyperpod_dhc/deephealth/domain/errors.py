@@ -12,6 +12,12 @@ class TransientError(Exception):
     """A 5xx or network failure; the workflow retries with back-off."""
 
 
+class RecoveryFirst(Exception):
+    """A check operation is active and a node due for recovery still shows DeepHealthCheckInProgress: isolated
+    after failing, it may be what holds the operation open, so the round recovers it before asking again (the
+    workflow's "Recover before check")."""
+
+
 class ClusterBusy(Exception):
     """Another deep health check is active on the cluster (one on-demand check per cluster). `refusal`: HyperPod's
     (code, message) when it said so itself, for the cluster's readings."""

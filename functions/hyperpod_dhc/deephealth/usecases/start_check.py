@@ -3,7 +3,7 @@ per round), and hand the others back to the queue."""
 
 from __future__ import annotations
 
-from hyperpod_dhc.deephealth.domain.errors import CheckRefused, ClusterBusy, Throttled
+from hyperpod_dhc.deephealth.domain.errors import CheckRefused, ClusterBusy, RecoveryFirst, Throttled
 from hyperpod_dhc.deephealth.domain.listing_windows import listing_windows, narrowed_windows
 from hyperpod_dhc.deephealth.domain.nodes import IN_PROGRESS, RUNNING, NodeRecord, NodeState, Verdict, transition
 from hyperpod_dhc.deephealth.domain.recovery import apply_verdict
@@ -71,6 +71,8 @@ def start_check(ctx: Context, state: RoundState) -> RoundState:
         # after failing it?) is said once, and asked past once: HyperPod may merge or supersede; if it refuses,
         # the rounds wait for it to close (asking at every retry would only be refused again).
         note_look(ctx, view, None, [], active, now)
+        if holders := [r for r in ctx.due(view) if r.status == IN_PROGRESS]:
+            raise RecoveryFirst(f"{len(holders)} node(s) due for recovery may hold the operation on {state.cluster}")
         if not operation_overdue(view, active, now):
             raise ClusterBusy(f"a deep health check this round did not start is in progress on {state.cluster}")
         if not ctx.table.note_asked_past(state.cluster, active.operation_id):
