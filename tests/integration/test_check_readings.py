@@ -217,12 +217,9 @@ def test_an_operation_held_open_that_refuses_is_asked_past_once_and_the_rounds_w
     assert len(overdue) == 1, "said once"
 
 
-@pytest.mark.controller_config({"clusters": ["demo"], "defaults": {"gather_window_s": 120}})
-def test_a_node_holding_the_operation_open_is_recovered_before_the_next_check_starts(harness, fake):
-    """A failed node left isolated holds HyperPod's operation open (this HyperPod refuses a second request) while its
-    reboot is refused and retried later; new nodes arrive, and the round that claims them finds the node due again:
-    it recovers it first (Recover before check), which ends the operation, and the new nodes' check starts. Checking
-    first, the round waited at Start check for an operation only its own recovery would end."""
+def _held_by_a_refused_reboot(harness, fake):
+    """A failed node left isolated holds HyperPod's operation open (this HyperPod refuses a second request), and its
+    reboots are refused: it is due again later. Returns it once no round runs; the refusals are still armed."""
     fake.readings = Readings(failed_status="DeepHealthCheckInProgress", isolated_holds_operation=True)
     fake.create_cluster("demo", [GroupSpec("workers", count=2)])
     stuck = next(iter(fake.cluster("demo").nodes))
@@ -232,6 +229,16 @@ def test_a_node_holding_the_operation_open_is_recovered_before_the_next_check_st
                       and harness.records("demo")[stuck].state == NodeState.RECOVERY_DUE and not harness.running(),
                       horizon_s=8 * 3600)  # fmt: skip
     assert fake.cluster("demo").check is not None, "its operation is held open"
+    return stuck
+
+
+@pytest.mark.controller_config({"clusters": ["demo"], "defaults": {"gather_window_s": 120}})
+def test_a_node_holding_the_operation_open_is_recovered_before_the_next_check_starts(harness, fake):
+    """A failed node left isolated holds HyperPod's operation open (this HyperPod refuses a second request) while its
+    reboot is refused and retried later; new nodes arrive, and the round that claims them finds the node due again:
+    it recovers it first (Recover before check), which ends the operation, and the new nodes' check starts. Checking
+    first, the round waited at Start check for an operation only its own recovery would end."""
+    stuck = _held_by_a_refused_reboot(harness, fake)
 
     # The new nodes are claimed (after the 120 s gather window) a minute after the refused reboot is due again.
     last = harness.records("demo")[stuck].history[-1]
@@ -250,14 +257,7 @@ def test_a_round_waiting_at_start_check_recovers_the_node_holding_the_operation_
     """As above, but the new nodes are claimed while the refused reboot is not due again yet: Start check waits
     (ClusterBusy, every 3 minutes), and the try that finds the node due goes to Recover before check (RecoveryFirst)
     instead of waiting out its 5 hours at Start check."""
-    fake.readings = Readings(failed_status="DeepHealthCheckInProgress", isolated_holds_operation=True)
-    fake.create_cluster("demo", [GroupSpec("workers", count=2)])
-    stuck = next(iter(fake.cluster("demo").nodes))
-    fake.set_truth("demo", stuck, "fail", cured_by="reboot")
-    fake.inject_error("BatchRebootClusterNodes", code="ValidationException", status=400, times=10_000)
-    harness.run_until(lambda: harness.records("demo").get(stuck) is not None
-                      and harness.records("demo")[stuck].state == NodeState.RECOVERY_DUE and not harness.running(),
-                      horizon_s=8 * 3600)  # fmt: skip
+    stuck = _held_by_a_refused_reboot(harness, fake)
     fake._faults["BatchRebootClusterNodes"].clear()
     late = [fake.add_node("demo", "workers", ready_after_s=1) for _ in range(2)]
     harness.run_until(lambda: _final(harness, "demo", 4), horizon_s=3 * 3600)
