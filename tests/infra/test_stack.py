@@ -225,6 +225,29 @@ def test_every_lambda_task_retries_service_errors_and_is_caught(asl: dict[str, A
         assert transient[name] == transient[first], f"{name!r} retries transient errors unlike {first!r}"
 
 
+def test_every_loop_of_the_workflow_waits(asl: dict[str, Any]) -> None:
+    """A cycle of states with no Wait in it would spin as fast as its Lambdas answer (Start check -> RecoveryFirst ->
+    Recover before check, with a node that stays due) until the execution's history is full."""
+    states = asl["States"]
+
+    def after(name: str) -> set[str]:
+        s = states[name]
+        nexts = {s.get("Next"), s.get("Default"), *(c["Next"] for c in s.get("Choices", []))}
+        return {n for n in (*nexts, *(c["Next"] for c in s.get("Catch", []))) if n}
+
+    for start in states:
+        if states[start]["Type"] == "Wait":
+            continue
+        seen, todo = set(), list(after(start))
+        while todo:  # every state reachable from `start` without passing a Wait
+            name = todo.pop()
+            if name in seen or states[name]["Type"] == "Wait":
+                continue
+            seen.add(name)
+            todo += after(name)
+        assert start not in seen, f"{start!r} comes back to itself without a Wait"
+
+
 def test_every_error_the_workflow_names_is_an_exception_the_functions_raise(asl: dict[str, Any]) -> None:
     """Python exception names are the contract with the ASL: a renamed class would leave a Retry or Catch that
     never matches (RecoveryFirst's Catch would become the round's abandonment)."""

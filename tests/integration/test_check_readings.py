@@ -235,9 +235,10 @@ def _held_by_a_refused_reboot(harness, fake):
 @pytest.mark.controller_config({"clusters": ["demo"], "defaults": {"gather_window_s": 120}})
 def test_a_node_holding_the_operation_open_is_recovered_before_the_next_check_starts(harness, fake):
     """A failed node left isolated holds HyperPod's operation open (this HyperPod refuses a second request) while its
-    reboot is refused and retried later; new nodes arrive, and the round that claims them finds the node due again:
-    it recovers it first (Recover before check), which ends the operation, and the new nodes' check starts. Checking
-    first, the round waited at Start check for an operation only its own recovery would end."""
+    reboot is refused and retried later; new nodes arrive, and the round that claims them finds the node due again
+    at Start check: it recovers it first (RecoveryFirst, Recover before check), which ends the operation, and the new
+    nodes' check starts. Checking first, the round waited at Start check for an operation only its own recovery
+    would end."""
     stuck = _held_by_a_refused_reboot(harness, fake)
 
     # The new nodes are claimed (after the 120 s gather window) a minute after the refused reboot is due again.
@@ -256,7 +257,7 @@ def test_a_node_holding_the_operation_open_is_recovered_before_the_next_check_st
 def test_a_round_waiting_at_start_check_recovers_the_node_holding_the_operation_once_it_is_due(harness, fake):
     """As above, but the new nodes are claimed while the refused reboot is not due again yet: Start check waits
     (ClusterBusy, every 3 minutes), and the try that finds the node due goes to Recover before check (RecoveryFirst)
-    instead of waiting out its 5 hours at Start check."""
+    instead of waiting out its 5 hours."""
     stuck = _held_by_a_refused_reboot(harness, fake)
     fake._faults["BatchRebootClusterNodes"].clear()
     late = [fake.add_node("demo", "workers", ready_after_s=1) for _ in range(2)]

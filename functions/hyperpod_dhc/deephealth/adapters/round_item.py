@@ -24,7 +24,6 @@ class RoundMeta:
     changed_at: float | None = None
     arrivals_looked_at: float | None = None  # the last look for arrivals (`claim_arrivals_look`, `note_whole_look`)
     arrival_noted_at: float | None = None  # the last readiness event that found that look too recent to take one
-    asked_past: str | None = None  # the overdue check operation a request was last sent past (`note_asked_past`)
 
 
 class RoundItem:
@@ -158,7 +157,6 @@ def _round_meta(item: dict[str, Any]) -> RoundMeta:
         changed_at=float(item["changed_at"]) if "changed_at" in item else None,
         arrivals_looked_at=float(item["arrivals_looked_at"]) if "arrivals_looked_at" in item else None,
         arrival_noted_at=float(item["arrival_noted_at"]) if "arrival_noted_at" in item else None,
-        asked_past=item.get("asked_past"),
     )
 
 

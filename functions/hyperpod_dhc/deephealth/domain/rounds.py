@@ -69,9 +69,6 @@ class RoundState(BaseModel):
     round_id: str = ""
     claimed: int = 0
     recovery_due: int = 0
-    # Of them, nodes HyperPod still shows in a check: one isolated after failing may hold HyperPod's check operation
-    # open, so that no check starts before it is recovered ("Recover before check").
-    recovery_first: int = 0
     gather_s: int = 0
     gathered: bool = False
     started_at: float | None = None

@@ -6,7 +6,6 @@ from __future__ import annotations
 from hyperpod_dhc.deephealth.domain.errors import ClusterNotFound
 from hyperpod_dhc.deephealth.domain.listing_windows import listing_windows
 from hyperpod_dhc.deephealth.domain.nodes import (
-    IN_PROGRESS,
     JOB_WON,
     NodeRecord,
     NodeState,
@@ -111,15 +110,8 @@ def claim_round(ctx: Context, state: RoundState) -> RoundState:
         return state.model_copy(update={"gather_s": wait, "claimed": 0, "recovery_due": 0, "gathered": True})
     # Where the members are, in the fewest pages: Start check lists only these while this look is fresh.
     windows = listing_windows((view.snapshots.get(r.key) for r in claimed), view.snapshots.values())
-    first = sum(1 for r in due if r.status == IN_PROGRESS)
     return state.model_copy(
-        update={
-            "claimed": len(claimed),
-            "recovery_due": len(due),
-            "recovery_first": first,
-            "gathered": True,
-            "windows": windows,
-        }
+        update={"claimed": len(claimed), "recovery_due": len(due), "gathered": True, "windows": windows}
     )
 
 
