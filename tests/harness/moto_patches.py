@@ -26,7 +26,8 @@
     (`GC_THRESHOLDS`): a twin run's heap is moto's backends and botocore's models, collected over and over for a
     fourteenth of a fidelity variant. moto's DynamoDB Query and JSON serializer at fleet scale:
     `tests/harness/moto_dynamodb.py`; the request path (no signature, a URL's handler found once, the werkzeug
-    request of a JSON call built directly, no regular expression over a JSON answer): `tests/harness/moto_requests.py`.
+    request of a JSON call built directly, no regular expression over a JSON answer): `tests/harness/moto_requests.py`;
+    the interpreter's definitions and JSONPaths parsed once: `tests/harness/moto_stepfunctions.py`.
 
 They reach into moto's and botocore's internals; `tests/integration/test_moto_patches.py` fails loudly when they move.
 """
@@ -62,7 +63,7 @@ from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function import wait_function
 from moto.stepfunctions.parser.utils import TMP_THREADS
 
-from tests.harness import moto_dynamodb, moto_logs, moto_requests
+from tests.harness import moto_dynamodb, moto_logs, moto_requests, moto_stepfunctions
 
 BOTOCORE_BACK_OFFS: list[float] = []  # seconds botocore would have slept before a retry
 JITTER_SEED = 0  # ASL Retry's JitterStrategy FULL draws from random.Random(JITTER_SEED), anew per `patched`
@@ -301,5 +302,6 @@ def patched(
         moto_requests.faster_requests(),
         moto_dynamodb.faster_queries(),
         moto_logs.faster_filters(),
+        moto_stepfunctions.parsed_once(),
     ):
         yield

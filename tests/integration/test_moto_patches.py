@@ -2,6 +2,7 @@
 
 import contextlib
 import inspect
+import json
 from decimal import Decimal
 from unittest import mock
 
@@ -561,3 +562,22 @@ def test_timestamps_parse_to_the_same_instants_in_one_local_zone_and_gc_threshol
     assert gc.get_threshold() == before
     assert patched == unpatched and [p.utcoffset() for p in patched] == [u.utcoffset() for u in unpatched]
     assert patched[0].tzinfo is patched[1].tzinfo
+
+
+def test_a_program_and_a_json_path_parsed_once_hold_no_execution_state(controller_template):
+    """tests/harness/moto_stepfunctions.py shares one parsed program among executions running at once: only Map
+    and Parallel components keep state of their own, and the workflow has neither; and it caches the parses the
+    interpreter makes at these three places."""
+    from moto.stepfunctions.parser.asl.component.common.path import result_path
+    from moto.stepfunctions.parser.asl.utils import json_path
+    from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
+
+    resources = controller_template.template["Resources"].items()
+    functions = [name for name, r in resources if r["Type"] == "AWS::Lambda::Function"]
+    arns = {name: f"arn:aws:lambda:us-east-1:123456789012:function:{name}" for name in functions}
+    definition = json.loads(controller_template.definition(arns))
+    types = {state["Type"] for state in definition["States"].values()}
+    assert types.isdisjoint({"Map", "Parallel"}), types
+    assert "AmazonStateLanguageParser.parse(" in inspect.getsource(ExecutionWorker._get_evaluation_entrypoint)
+    assert "parse(path)" in inspect.getsource(json_path.extract_json)
+    assert "parse(self.result_path_src)" in inspect.getsource(result_path)
