@@ -1,7 +1,8 @@
+from hyperpod_dhc.deephealth.domain.group_context import GroupContext
 from hyperpod_dhc.deephealth.domain.late_evidence import SCAN_S
 from hyperpod_dhc.deephealth.domain.nodes import Action, NodeRecord, NodeSnapshot, NodeState, Outcome, Verdict
 from hyperpod_dhc.deephealth.domain.observe import GONE_AFTER_S, Observation, observe
-from hyperpod_dhc.deephealth.domain.policy import GroupContext, GroupPolicy, Mode, NodeRecovery
+from hyperpod_dhc.deephealth.domain.policy import GroupPolicy, Mode, NodeRecovery
 from hyperpod_dhc.deephealth.domain.recovery import REBOOT_SETTLE_S
 from hyperpod_dhc.deephealth.domain.result_log import ResultLog
 from tests.unit.result_logs import error, event, info, owners, read

@@ -1,9 +1,10 @@
 import pytest
 from pydantic import ValidationError
 
+from hyperpod_dhc.deephealth.domain.group_context import GroupContext
 from hyperpod_dhc.deephealth.domain.nodes import HistoryEntry, NodeRecord, NodeState
 from hyperpod_dhc.deephealth.domain.on_demand import CheckRequest, queue_checks
-from hyperpod_dhc.deephealth.domain.policy import GroupContext, GroupPolicy, Mode
+from hyperpod_dhc.deephealth.domain.policy import GroupPolicy, Mode
 from hyperpod_dhc.deephealth.domain.rounds import build_check_request
 from hyperpod_dhc.deephealth.domain.views import check_seconds, group_views
 

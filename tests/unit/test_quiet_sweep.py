@@ -3,9 +3,10 @@ counts as new."""
 
 import pytest
 
+from hyperpod_dhc.deephealth.domain.group_context import GroupContext
 from hyperpod_dhc.deephealth.domain.late_evidence import SCAN_S
 from hyperpod_dhc.deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState, Verdict
-from hyperpod_dhc.deephealth.domain.policy import GroupContext, GroupPolicy
+from hyperpod_dhc.deephealth.domain.policy import GroupPolicy
 from hyperpod_dhc.deephealth.domain.quiet_sweep import (
     ARRIVALS_LOOK_GAP_S,
     LOST_EVENT_GAP_S,

@@ -5,6 +5,7 @@ reaches it wins), in the lock once a round claims it; its counters."""
 import pytest
 from pydantic import ValidationError
 
+from hyperpod_dhc.deephealth.domain.group_context import GroupContext
 from hyperpod_dhc.deephealth.domain.nodes import (
     JOB_WON,
     REVALIDATION,
@@ -18,7 +19,7 @@ from hyperpod_dhc.deephealth.domain.nodes import (
 )
 from hyperpod_dhc.deephealth.domain.notices import notices
 from hyperpod_dhc.deephealth.domain.on_demand import REVALIDATION_RETRY_S, due_for_revalidation, queue_revalidations
-from hyperpod_dhc.deephealth.domain.policy import GroupContext, GroupPolicy
+from hyperpod_dhc.deephealth.domain.policy import GroupPolicy
 from hyperpod_dhc.deephealth.domain.recovery import apply_verdict
 from hyperpod_dhc.deephealth.domain.slurm import (
     BUSY_FRESH_S,

@@ -7,8 +7,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from hyperpod_dhc.deephealth.domain.group_context import GroupContext
 from hyperpod_dhc.deephealth.domain.nodes import IN_PROGRESS, RUNNING, NodeRecord, NodeSnapshot, NodeState
-from hyperpod_dhc.deephealth.domain.policy import GroupContext, GroupPolicy
+from hyperpod_dhc.deephealth.domain.policy import GroupPolicy
 from hyperpod_dhc.deephealth.domain.rounds import (
     FIRST_POLL_S,
     LATE_LINES_LOOK_S,

@@ -1,8 +1,9 @@
 import pytest
 
+from hyperpod_dhc.deephealth.domain.group_context import GroupContext
 from hyperpod_dhc.deephealth.domain.listing_windows import ListingWindow, listing_windows, narrowed_windows
 from hyperpod_dhc.deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState
-from hyperpod_dhc.deephealth.domain.policy import GroupContext, GroupPolicy, Mode
+from hyperpod_dhc.deephealth.domain.policy import GroupPolicy, Mode
 from hyperpod_dhc.deephealth.domain.rounds import (
     FIRST_POLL_S,
     MAX_CONFIGS_PER_CHECK,

@@ -5,18 +5,11 @@ from hypothesis import strategies as st
 
 from hyperpod_dhc.deephealth.domain.actions import action_refused, action_started
 from hyperpod_dhc.deephealth.domain.breakers import BreakerReset, SafetyState, reset
+from hyperpod_dhc.deephealth.domain.group_context import GroupContext
 from hyperpod_dhc.deephealth.domain.limits import breaker_reason, budget_use
 from hyperpod_dhc.deephealth.domain.nodes import Action, ActionEntry, NodeRecord, NodeState, Outcome, Verdict
 from hyperpod_dhc.deephealth.domain.observe import Observation, observe
-from hyperpod_dhc.deephealth.domain.policy import (
-    Breaker,
-    Budget,
-    ClusterPolicy,
-    GroupContext,
-    GroupPolicy,
-    Lemon,
-    NodeRecovery,
-)
+from hyperpod_dhc.deephealth.domain.policy import Breaker, Budget, ClusterPolicy, GroupPolicy, Lemon, NodeRecovery
 from hyperpod_dhc.deephealth.domain.recovery import apply_verdict, due_action, plan_recovery
 from hyperpod_dhc.deephealth.domain.safety import (
     HOLD_BREAKER,

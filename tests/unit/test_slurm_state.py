@@ -8,9 +8,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from hyperpod_dhc.deephealth.domain.group_context import GroupContext
 from hyperpod_dhc.deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState
 from hyperpod_dhc.deephealth.domain.observe import Observation, observe
-from hyperpod_dhc.deephealth.domain.policy import ConfigError, GroupContext, GroupPolicy, NodeRecovery, parse_config
+from hyperpod_dhc.deephealth.domain.policy import ConfigError, GroupPolicy, NodeRecovery, parse_config
 from hyperpod_dhc.deephealth.domain.slurm import (
     BUSY_FRESH_S,
     JOB_WAIT_S,

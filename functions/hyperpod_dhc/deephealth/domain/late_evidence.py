@@ -5,8 +5,9 @@ it been on time, takes the pass back (`verdicts.judge_late`), and the node goes 
 
 from __future__ import annotations
 
+from hyperpod_dhc.deephealth.domain.group_context import GroupContext
 from hyperpod_dhc.deephealth.domain.nodes import Action, Decision, NodeRecord, NodeState, Verdict
-from hyperpod_dhc.deephealth.domain.policy import GroupContext, NodeRecovery
+from hyperpod_dhc.deephealth.domain.policy import NodeRecovery
 from hyperpod_dhc.deephealth.domain.recovery import apply_verdict
 from hyperpod_dhc.deephealth.domain.result_log import ResultLog
 from hyperpod_dhc.deephealth.domain.verdicts import judge_late

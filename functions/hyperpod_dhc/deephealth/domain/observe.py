@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hyperpod_dhc.deephealth.domain.group_context import GroupContext
 from hyperpod_dhc.deephealth.domain.late_evidence import late_reversal
 from hyperpod_dhc.deephealth.domain.nodes import (
     IN_PROGRESS,
@@ -29,7 +30,7 @@ from hyperpod_dhc.deephealth.domain.nodes import (
     with_hostname,
     with_instance,
 )
-from hyperpod_dhc.deephealth.domain.policy import GroupContext, NodeRecovery
+from hyperpod_dhc.deephealth.domain.policy import NodeRecovery
 from hyperpod_dhc.deephealth.domain.recovery import (
     apply_verdict,
     observe_recovering,

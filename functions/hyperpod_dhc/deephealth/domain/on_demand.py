@@ -12,6 +12,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from hyperpod_dhc.deephealth.domain.group_context import GroupContext
 from hyperpod_dhc.deephealth.domain.nodes import (
     JOB_WON,
     REVALIDATION,
@@ -21,7 +22,7 @@ from hyperpod_dhc.deephealth.domain.nodes import (
     revalidating,
     transition,
 )
-from hyperpod_dhc.deephealth.domain.policy import GROUP_NAME_PATTERN, CheckType, GroupContext
+from hyperpod_dhc.deephealth.domain.policy import GROUP_NAME_PATTERN, CheckType
 from hyperpod_dhc.deephealth.domain.slurm import BUSY_FRESH_S
 
 # An EC2 instance id, or a NodeLogicalId (botocore model patterns).

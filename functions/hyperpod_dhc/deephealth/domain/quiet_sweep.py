@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from hyperpod_dhc.deephealth.domain.group_context import GroupContext
 from hyperpod_dhc.deephealth.domain.late_evidence import revisiting, scanned
 from hyperpod_dhc.deephealth.domain.nodes import FINAL_STATES, NodeRecord, NodeSnapshot
-from hyperpod_dhc.deephealth.domain.policy import GroupContext
 
 WHOLE_SWEEP_S = 3600  # a resting cluster is listed whole at least this often (a lost event costs at most this)
 # The probe reaches this far before the last whole listing: a node created just before it may not have been listed

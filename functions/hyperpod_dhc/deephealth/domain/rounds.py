@@ -11,9 +11,9 @@ from typing import Any, Literal, TypedDict, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict
 
+from hyperpod_dhc.deephealth.domain.group_context import GroupContext
 from hyperpod_dhc.deephealth.domain.listing_windows import ListingWindow
 from hyperpod_dhc.deephealth.domain.nodes import IN_PROGRESS, NodeRecord, NodeSnapshot, NodeState, round_seq_of
-from hyperpod_dhc.deephealth.domain.policy import GroupContext
 
 # API limits from the botocore model, which botocore itself does not enforce client-side.
 MAX_CONFIGS_PER_CHECK = 99

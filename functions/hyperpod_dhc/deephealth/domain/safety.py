@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from hyperpod_dhc.deephealth.domain.breakers import SafetyState, Trip
+from hyperpod_dhc.deephealth.domain.group_context import GroupContext
 from hyperpod_dhc.deephealth.domain.limits import (
     BudgetUse,
     breaker_reason,
@@ -42,7 +43,7 @@ from hyperpod_dhc.deephealth.domain.nodes import (
     actionable,
     transition,
 )
-from hyperpod_dhc.deephealth.domain.policy import ClusterPolicy, GroupContext, GroupPolicy
+from hyperpod_dhc.deephealth.domain.policy import ClusterPolicy, GroupPolicy
 from hyperpod_dhc.deephealth.domain.recovery import due_action
 from hyperpod_dhc.deephealth.domain.rounds import claimable, watchable
 from hyperpod_dhc.deephealth.domain.slurm import waits_for_job

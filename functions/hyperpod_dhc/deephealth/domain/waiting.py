@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from hyperpod_dhc.deephealth.domain.group_context import GroupContext
 from hyperpod_dhc.deephealth.domain.nodes import Decision, NodeRecord, NodeState, revalidating, transition
-from hyperpod_dhc.deephealth.domain.policy import GroupContext
 from hyperpod_dhc.deephealth.domain.slurm import waits_for_job
 
 

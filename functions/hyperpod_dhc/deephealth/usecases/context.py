@@ -20,8 +20,9 @@ from hyperpod_dhc.deephealth.adapters.round_item import RoundMeta
 from hyperpod_dhc.deephealth.adapters.round_starter import RoundStarter
 from hyperpod_dhc.deephealth.domain.breakers import SafetyState
 from hyperpod_dhc.deephealth.domain.errors import ClusterNotFound, ClusterNotSlurm, LeaseLost
+from hyperpod_dhc.deephealth.domain.group_context import GroupContext
 from hyperpod_dhc.deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState
-from hyperpod_dhc.deephealth.domain.policy import ControllerConfig, GroupContext
+from hyperpod_dhc.deephealth.domain.policy import ControllerConfig
 from hyperpod_dhc.deephealth.domain.readings import ClusterReadings
 from hyperpod_dhc.deephealth.domain.rounds import LEASE_TTL_S, RoundState
 from hyperpod_dhc.deephealth.domain.safety import due_recoveries, progress_possible
