@@ -1,20 +1,12 @@
-"""domain.messages: every kind of notification reads well in a mailbox and in a chat window, within SNS's and
-AWS Chatbot's limits, and a detail of an unexpected shape never stops a publish."""
+"""domain.messages and domain.message_words: every kind of notification reads well in a mailbox and in a chat
+window, within SNS's and AWS Chatbot's limits, and a detail of an unexpected shape never stops a publish."""
 
 import json
 
 import pytest
 
-from hyperpod_dhc.deephealth.domain.messages import (
-    DESCRIPTION_MAX,
-    KEYWORD_MAX,
-    MESSAGE_BUDGET_BYTES,
-    SUBJECT_MAX,
-    SUMMARIES,
-    TITLE_MAX,
-    node_subject,
-    render,
-)
+from hyperpod_dhc.deephealth.domain.message_words import DESCRIPTION_MAX, SUBJECT_MAX, SUMMARIES, node_subject
+from hyperpod_dhc.deephealth.domain.messages import KEYWORD_MAX, MESSAGE_BUDGET_BYTES, TITLE_MAX, render
 from hyperpod_dhc.deephealth.domain.nodes import NodeRecord, NodeState, Verdict, transition
 from hyperpod_dhc.deephealth.domain.notices import notices
 from hyperpod_dhc.deephealth.domain.policy import NOTIFICATION_KINDS

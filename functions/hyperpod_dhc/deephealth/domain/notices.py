@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from hyperpod_dhc.deephealth.domain.messages import node_subject
+from hyperpod_dhc.deephealth.domain.message_words import node_subject
 from hyperpod_dhc.deephealth.domain.nodes import (
     JOB_WON,
     Decision,
