@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from hyperpod_dhc.hpdhc import cli, timeline
+from hyperpod_dhc.hpdhc import cli, timeline, timeline_svg
 from hyperpod_dhc.hpdhc import timeline_page as page_of
 from hyperpod_dhc.hpdhc.client import ApiError, OperatorClient
 
@@ -248,9 +248,9 @@ def test_rows_stay_tall_enough_for_a_name_at_any_size():
         page = page_of.render_html(t)
         ys = [float(y) for y in re.findall(r'<g class="row" transform="translate\(0,([\d.]+)\)"', page)]
         pitches = {round(b - a, 1) for a, b in itertools.pairwise(ys) if b > a}
-        assert pitches == {page_of.ROW_H} and page_of.ROW_H >= 16
+        assert pitches == {timeline_svg.ROW_H} and timeline_svg.ROW_H >= 16
     # In a 1,400-px window the page's units are about pixels: an 11-px name is 11 px tall.
-    assert page_of.WIDTH <= 1400 - 2 * 20 - 15  # the body's margins and a scrollbar
+    assert timeline_svg.WIDTH <= 1400 - 2 * 20 - 15  # the body's margins and a scrollbar
 
 
 def test_problem_nodes_come_first_and_a_small_page_folds_nothing():
@@ -266,7 +266,7 @@ def test_a_node_quarantined_30_s_before_the_end_shows_quarantined_not_in_check()
     bars = re.findall(r'<rect class="s ([\w-]+)" x="([\d.]+)" y="[\d.]+" width="([\d.]+)"', row)
     state, x, width = bars[-1]
     assert state == "quarantined" and float(width) >= 5  # to scale, 30 s of 2 h would be 3 units: one pixel
-    x1 = page_of.WIDTH - page_of.OUTCOME_W
+    x1 = timeline_svg.WIDTH - timeline_svg.OUTCOME_W
     assert float(x) + float(width) == pytest.approx(x1, abs=0.2)  # at the end, on top of the check before it
     assert '<rect class="fo s quarantined"' in row and ">quarantined</text>" in row  # and in the outcome column
     # Its true span is 30 s: the hover says so.
@@ -277,9 +277,9 @@ def test_a_long_final_state_is_drawn_to_scale():
     page = page_of.render_html(picture(REBOOTED))
     row = re.findall(r'<g class="row".*?</g>', page, re.S)[0]
     state, x, width = re.findall(r'<rect class="s ([\w-]+)" x="([\d.]+)" y="[\d.]+" width="([\d.]+)"', row)[-1]
-    plot = page_of.WIDTH - page_of.OUTCOME_W - page_of.LABEL_W
+    plot = timeline_svg.WIDTH - timeline_svg.OUTCOME_W - timeline_svg.LABEL_W
     assert state == "passed" and float(width) == pytest.approx(plot * 1200 / 7200, abs=0.2)
-    assert float(x) == pytest.approx(page_of.LABEL_W + plot * 6000 / 7200, abs=0.2)
+    assert float(x) == pytest.approx(timeline_svg.LABEL_W + plot * 6000 / 7200, abs=0.2)
 
 
 def test_the_summary_row_stacks_the_groups_states_and_ends_on_their_final_states():
@@ -295,7 +295,7 @@ def test_the_page_scales_to_its_window():
     page = page_of.render_html(picture())
     svgs = re.findall(r"<svg [^>]*>", page.split("<body>", 1)[1])
     svgs = [s for s in svgs if 'class="' in s]  # not the legend's icons
-    assert svgs and all(f'viewBox="0 0 {page_of.WIDTH} ' in s and " width=" not in s for s in svgs)
+    assert svgs and all(f'viewBox="0 0 {timeline_svg.WIDTH} ' in s and " width=" not in s for s in svgs)
     assert "svg { display: block; width: 100%; height: auto;" in page
 
 
@@ -310,8 +310,8 @@ def test_the_page_scales_to_its_window():
 )
 def test_the_time_axis_has_a_dozen_round_ticks(span, clock, labels):
     t = timeline.Timeline("c", T0, 0, span, clock, "", [], [])
-    ticks = [label for _, label in page_of._Page(t).ticks()]
-    assert 5 <= len(ticks) <= page_of.MAX_TICKS
+    ticks = [label for _, label in timeline_svg.Page(t).ticks()]
+    assert 5 <= len(ticks) <= timeline_svg.MAX_TICKS
     assert ticks[: len(labels)] == labels
 
 
