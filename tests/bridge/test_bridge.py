@@ -15,9 +15,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hyperpod_dhc.hpdhc import bridge, cli, gate
+from hyperpod_dhc.hpdhc.apply import changes, unlisted_node_changes
 from hyperpod_dhc.hpdhc.bridge import load_partitions
 from hyperpod_dhc.hpdhc.client import ApiError, OperatorClient
 from hyperpod_dhc.hpdhc.document import FEATURES, Desired, Document, Memory
+from hyperpod_dhc.hpdhc.lock import AWAITING
+from hyperpod_dhc.hpdhc.outcome import EXIT_API
 from hyperpod_dhc.hpdhc.scontrol import (
     OWNED_PREFIX,
     Scontrol,
@@ -28,13 +31,7 @@ from hyperpod_dhc.hpdhc.scontrol import (
     parse_nodes,
     parse_reservations,
 )
-from hyperpod_dhc.hpdhc.sync import (
-    AWAITING,
-    EXIT_API,
-    changes,
-    sync_once,
-    unlisted_node_changes,
-)
+from hyperpod_dhc.hpdhc.sync import sync_once
 from tests.fakes.slurm_lock import FakeLock
 
 WAIT = OWNED_PREFIX + "wait deep health check not passed yet, i-0; hpdhc history c n"

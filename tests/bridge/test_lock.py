@@ -28,6 +28,7 @@ from hyperpod_dhc.hpdhc.document import (
     still_holds,
 )
 from hyperpod_dhc.hpdhc.lock import AWAITING, plan_lock, wanted
+from hyperpod_dhc.hpdhc.outcome import EXIT_SLURM
 from hyperpod_dhc.hpdhc.scontrol import (
     LOCK_RENEW_S,
     LOCK_YEAR_S,
@@ -38,7 +39,7 @@ from hyperpod_dhc.hpdhc.scontrol import (
     hostlist,
     parse_reservations,
 )
-from hyperpod_dhc.hpdhc.sync import EXIT_SLURM, sync_once
+from hyperpod_dhc.hpdhc.sync import sync_once
 from tests.bridge.test_bridge import (
     CHECK,
     IN_PROGRESS,

@@ -17,8 +17,10 @@ import pytest
 from hyperpod_dhc.hpdhc import bridge, cli, gate
 from hyperpod_dhc.hpdhc.client import OperatorClient
 from hyperpod_dhc.hpdhc.document import FEATURES, Memory
+from hyperpod_dhc.hpdhc.lock import AWAITING
+from hyperpod_dhc.hpdhc.outcome import SyncResult
 from hyperpod_dhc.hpdhc.scontrol import Scontrol, SlurmNode, lock_name
-from hyperpod_dhc.hpdhc.sync import AWAITING, ApiController, Controller, SyncResult, sync_once
+from hyperpod_dhc.hpdhc.sync import ApiController, Controller, sync_once
 from tests.bridge.slurm_cluster import PROVISIONING_PARAMETERS, SlurmCluster, wait_for
 
 A, B, C = "ip-10-0-0-1", "ip-10-0-0-2", "ip-10-0-0-3"

@@ -3,7 +3,7 @@
 
 from hyperpod_dhc.deephealth.domain import slurm as domain
 from hyperpod_dhc.deephealth.domain.nodes import NodeRecord, NodeState, Outcome, Verdict
-from hyperpod_dhc.hpdhc import client, gate, scontrol, sync
+from hyperpod_dhc.hpdhc import apply, client, gate, lock, scontrol
 from hyperpod_dhc.hpdhc import document as bridge_document
 
 
@@ -11,8 +11,8 @@ def test_the_bridge_and_the_controller_share_prefix_features_and_bounds():
     assert scontrol.OWNED_PREFIX == domain.OWNED_PREFIX
     assert tuple(f.value for f in domain.Feature) == bridge_document.FEATURES
     assert bridge_document.FEATURE_KEY == domain.FEATURE_KEY
-    assert sync.AWAITING == domain.AWAITING and gate.BOOT_REASON.startswith(domain.OWNED_PREFIX + domain.WAIT)
-    assert sync.HELD_MAX == domain.HELD_MAX
+    assert lock.AWAITING == domain.AWAITING and gate.BOOT_REASON.startswith(domain.OWNED_PREFIX + domain.WAIT)
+    assert apply.HELD_MAX == domain.HELD_MAX
     assert client.SLURM_STATE_PAGE == domain.MAX_STATE_PAGE and client.SLURM_PAGE == domain.MAX_REPORTED_NODES
 
 

@@ -32,10 +32,10 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from hyperpod_dhc.hpdhc.apply import quoted
 from hyperpod_dhc.hpdhc.client import ApiError, OperatorClient, add_api_options
 from hyperpod_dhc.hpdhc.document import Memory
-from hyperpod_dhc.hpdhc.scontrol import Scontrol, Slurm
-from hyperpod_dhc.hpdhc.sync import (
+from hyperpod_dhc.hpdhc.outcome import (
     EXIT_API,
     EXIT_AUTH,
     EXIT_CONFIG,
@@ -43,11 +43,9 @@ from hyperpod_dhc.hpdhc.sync import (
     EXIT_OK,
     EXIT_PARTIAL,
     EXIT_SLURM,
-    ApiController,
-    Controller,
-    quoted,
-    sync_once,
 )
+from hyperpod_dhc.hpdhc.scontrol import Scontrol, Slurm
+from hyperpod_dhc.hpdhc.sync import ApiController, Controller, sync_once
 
 PROVISIONING_PARAMETERS = "/opt/ml/config/provisioning_parameters.json"
 STATE_DIR = "/var/lib/hpdhc-bridge"
