@@ -2,8 +2,10 @@
 
 - A state machine's definition was parsed (ANTLR, then the preprocessor's component tree) at every execution's
   start: now once a definition. The tree is read-only while it runs (its components keep an execution's state
-  in the `Environment`; only Map and Parallel states keep some of their own, and our workflow has neither, which
-  `tests/integration/test_moto_patches.py` checks), so executions running at once share it.
+  in the `Environment`, under each component's `heap_key`; only Map and Parallel states keep some of their own, and
+  our workflow has neither, which `tests/integration/test_moto_patches.py` checks), so executions running at once
+  share it. Every component's `heap_key` (made on first use) is made at the parse, under a lock: two executions
+  making one at once would each keep a different key and lose, say, a Retry's attempt count.
 - A JSONPath (`InputPath`, `ResultPath`, a `"key.$"` field) was parsed with PLY at every evaluation: now once a
   path. A parsed path is only read (`find`, `update_or_create` change the data they are given, not the path).
 """
@@ -18,11 +20,32 @@ from typing import Any
 from unittest import mock
 
 from moto.stepfunctions.parser.asl.component.common.path import result_path
+from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
 from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 from moto.stepfunctions.parser.asl.utils import json_path
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 
 PATHS_KEPT = 4096  # distinct JSONPaths our workflow has: a few dozen
+
+
+def _keyed(program: Any) -> Any:
+    """`program` with the `heap_key` of every component in it made."""
+    seen: set[int] = set()
+    todo = [program]
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, EvalComponent):
+            _ = node.heap_key
+        if isinstance(node, list | tuple | set | frozenset):
+            todo.extend(node)
+        elif isinstance(node, dict):
+            todo.extend(node.values())
+        elif hasattr(node, "__dict__") and type(node).__module__.startswith("moto.stepfunctions"):
+            todo.extend(vars(node).values())
+    return program
 
 
 def _program_once_a_definition() -> Any:
@@ -33,7 +56,7 @@ def _program_once_a_definition() -> Any:
         definition = self._evaluation_details.state_machine_details.definition
         with lock:
             if definition not in programs:
-                programs[definition] = AmazonStateLanguageParser.parse(definition)[0]
+                programs[definition] = _keyed(AmazonStateLanguageParser.parse(definition)[0])
             return programs[definition]
 
     return entrypoint

@@ -581,3 +581,37 @@ def test_a_program_and_a_json_path_parsed_once_hold_no_execution_state(controlle
     assert "AmazonStateLanguageParser.parse(" in inspect.getsource(ExecutionWorker._get_evaluation_entrypoint)
     assert "parse(path)" in inspect.getsource(json_path.extract_json)
     assert "parse(self.result_path_src)" in inspect.getsource(result_path)
+
+
+def test_every_component_of_a_shared_program_has_its_heap_key_made_at_the_parse(controller_template):
+    """Executions sharing a program must not each make a component's `heap_key` (the store of its Retry counts)."""
+    from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
+    from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+
+    from tests.harness.moto_stepfunctions import _keyed
+
+    resources = controller_template.template["Resources"].items()
+    arns = {
+        name: f"arn:aws:lambda:us-east-1:123456789012:function:{name}"
+        for name, r in resources
+        if r["Type"] == "AWS::Lambda::Function"
+    }
+    program = AmazonStateLanguageParser.parse(controller_template.definition(arns))[0]
+    _keyed(program)
+    components, todo, seen = [], [program], set()
+    while todo:
+        node = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, EvalComponent):
+            components.append(node)
+        if isinstance(node, list | tuple):
+            todo.extend(node)
+        elif isinstance(node, dict):
+            todo.extend(node.values())
+        elif hasattr(node, "__dict__") and type(node).__module__.startswith("moto."):
+            todo.extend(vars(node).values())
+    retriers = [c for c in components if type(c).__name__ == "MaxAttemptsDecl"]
+    assert retriers, "the walk reaches the Retry declarations"
+    assert all(c._EvalComponent__heap_key is not None for c in components)
