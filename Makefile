@@ -50,6 +50,7 @@ OLDEST_VENV := .venv-py310
 OLDEST_PY := $(OLDEST_VENV)/bin/python
 oldest-python:
 	@$(MAKE) --no-print-directory $(OLDEST_VENV)/.installed
+	@[ ! -f $(OLDEST_VENV)/.installed ] || $(MAKE) --no-print-directory $(OLDEST_VENV)/.wheel
 
 $(OLDEST_VENV)/.installed: pyproject.toml Makefile
 	@is310() { [ -n "$$1" ] && "$$1" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 10))' 2>/dev/null; }; \
@@ -67,7 +68,15 @@ $(OLDEST_VENV)/.installed: pyproject.toml Makefile
 	$(OLDEST_PY) -m pip install -q --disable-pip-version-check --group bridge-tests; \
 	$(OLDEST_PY) -m pip install -q --disable-pip-version-check .; \
 	rm -rf build hyperpod_dhc.egg-info functions/*.egg-info; \
-	touch $@
+	touch $@ $(OLDEST_VENV)/.wheel
+
+# The wheel installed again whenever a file it is built from changes: tests/bridge on 3.10 runs what the working
+# tree installs, not the copy the venv was made with (a new module would be missing, an edit unseen).
+OLDEST_WHEEL_SOURCES := $(shell find functions infra -type f -not -path '*/__pycache__/*' -not -path '*.egg-info/*' 2>/dev/null)
+$(OLDEST_VENV)/.wheel: $(OLDEST_VENV)/.installed $(OLDEST_WHEEL_SOURCES)
+	$(OLDEST_PY) -m pip install -q --disable-pip-version-check --no-deps --force-reinstall .
+	@rm -rf build hyperpod_dhc.egg-info functions/*.egg-info
+	@touch $@
 
 # A real Slurm for tests/bridge/test_real_slurm.py: Debian's packages, installed only by root with apt-get.
 # Anyone else (or no package) gets a message and the Slurm tests skip, unless HPDHC_REQUIRE_SLURM=1 (.ci/run).
