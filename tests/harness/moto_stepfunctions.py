@@ -28,8 +28,8 @@ from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 PATHS_KEPT = 4096  # distinct JSONPaths our workflow has: a few dozen
 
 
-def _keyed(program: Any) -> Any:
-    """`program` with the `heap_key` of every component in it made."""
+def components(program: Any) -> Iterator[EvalComponent]:
+    """Every component of a parsed program (reached through its attributes, lists and maps)."""
     seen: set[int] = set()
     todo = [program]
     while todo:
@@ -38,13 +38,19 @@ def _keyed(program: Any) -> Any:
             continue
         seen.add(id(node))
         if isinstance(node, EvalComponent):
-            _ = node.heap_key
+            yield node
         if isinstance(node, list | tuple | set | frozenset):
             todo.extend(node)
         elif isinstance(node, dict):
             todo.extend(node.values())
         elif hasattr(node, "__dict__") and type(node).__module__.startswith("moto.stepfunctions"):
             todo.extend(vars(node).values())
+
+
+def keyed(program: Any) -> Any:
+    """`program` with the `heap_key` of every component in it made."""
+    for component in components(program):
+        _ = component.heap_key
     return program
 
 
@@ -56,7 +62,7 @@ def _program_once_a_definition() -> Any:
         definition = self._evaluation_details.state_machine_details.definition
         with lock:
             if definition not in programs:
-                programs[definition] = _keyed(AmazonStateLanguageParser.parse(definition)[0])
+                programs[definition] = keyed(AmazonStateLanguageParser.parse(definition)[0])
             return programs[definition]
 
     return entrypoint

@@ -585,10 +585,9 @@ def test_a_program_and_a_json_path_parsed_once_hold_no_execution_state(controlle
 
 def test_every_component_of_a_shared_program_has_its_heap_key_made_at_the_parse(controller_template):
     """Executions sharing a program must not each make a component's `heap_key` (the store of its Retry counts)."""
-    from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
     from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 
-    from tests.harness.moto_stepfunctions import _keyed
+    from tests.harness.moto_stepfunctions import components, keyed
 
     resources = controller_template.template["Resources"].items()
     arns = {
@@ -596,22 +595,10 @@ def test_every_component_of_a_shared_program_has_its_heap_key_made_at_the_parse(
         for name, r in resources
         if r["Type"] == "AWS::Lambda::Function"
     }
-    program = AmazonStateLanguageParser.parse(controller_template.definition(arns))[0]
-    _keyed(program)
-    components, todo, seen = [], [program], set()
-    while todo:
-        node = todo.pop()
-        if id(node) in seen:
-            continue
-        seen.add(id(node))
-        if isinstance(node, EvalComponent):
-            components.append(node)
-        if isinstance(node, list | tuple):
-            todo.extend(node)
-        elif isinstance(node, dict):
-            todo.extend(node.values())
-        elif hasattr(node, "__dict__") and type(node).__module__.startswith("moto."):
-            todo.extend(vars(node).values())
-    retriers = [c for c in components if type(c).__name__ == "MaxAttemptsDecl"]
-    assert retriers, "the walk reaches the Retry declarations"
-    assert all(c._EvalComponent__heap_key is not None for c in components)
+    definition = controller_template.definition(arns)
+    program = keyed(AmazonStateLanguageParser.parse(definition)[0])
+    found = list(components(program))
+    # The walk reaches every Retry rule of the workflow (one MaxAttempts each, default or not).
+    retriers = sum(len(state.get("Retry", [])) for state in json.loads(definition)["States"].values())
+    assert retriers and sum(type(c).__name__ == "MaxAttemptsDecl" for c in found) == retriers
+    assert all(c._EvalComponent__heap_key is not None for c in found)
