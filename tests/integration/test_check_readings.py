@@ -268,6 +268,36 @@ def test_a_round_waiting_at_start_check_recovers_the_node_holding_the_operation_
     assert fake.asked_past_held == [] and fake.started_while_active == 0, "no request while the operation was held"
 
 
+@pytest.mark.controller_config(
+    {
+        "clusters": ["demo"],
+        "defaults": {"gather_window_s": 0, "recovery": "replace", "replace_budget": {"max_nodes": 0}},
+    }
+)
+def test_a_node_holding_the_operation_whose_recovery_the_gate_holds_is_not_recovered_first(harness, fake):
+    """The node holding the operation open is due for a replacement a budget of 0 holds: recovering it first would
+    change nothing, so the round waits at Start check (ClusterBusy) instead of going round Recover before check."""
+    fake.readings = Readings(failed_status="DeepHealthCheckInProgress", isolated_holds_operation=True)
+    fake.create_cluster("demo", [GroupSpec("workers", count=2)])
+    stuck = next(iter(fake.cluster("demo").nodes))
+    fake.set_truth("demo", stuck, "fail")
+    harness.run_until(lambda: _final(harness, "demo", 2) and not harness.running(), horizon_s=8 * 3600)
+    assert harness.records("demo")[stuck].state == NodeState.RECOVERY_DUE and fake.cluster("demo").check is not None
+
+    late = [fake.add_node("demo", "workers", ready_after_s=1) for _ in range(2)]
+    harness.run_until(lambda: False, horizon_s=2 * 3600)
+    entered = [
+        event["stateEnteredEventDetails"]["name"]
+        for execution in harness.executions()
+        for event in harness.history(execution["executionArn"])
+        if event["type"].endswith("StateEntered")
+    ]
+    assert "Start check" in entered and "Recover before check" not in entered
+    records = harness.records("demo")
+    assert records[stuck].state == NodeState.RECOVERY_DUE and records[stuck].held_by is not None
+    assert all(records[lid].state == NodeState.PENDING for lid in late), "they wait for the operation to close"
+
+
 PAIRS = {"pairs": {"checks": ["InstanceStress", "InstanceConnectivity"]}}
 
 

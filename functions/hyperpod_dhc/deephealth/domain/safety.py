@@ -156,14 +156,27 @@ def progress_possible(
     if watching := watchable(records.values()):  # asked when no round is live
         return f"{len(watching)} node(s) in HyperPod's on-start check to watch"
     due = due_recoveries(records.values(), groups, now)
-    if not due:
-        return None
-    plan = gate_recovery(due, records, groups, cluster_policy, safety, now, None)
-    acting = sum(len(v) for v in plan.acts.values())
-    settled = [c for c, _ in plan.changes if c.state != NodeState.RECOVERY_DUE]
-    if acting or settled:
-        return f"{acting + len(settled)} recovery action(s) due"
+    if recoveries := recoveries_possible(due, records, groups, cluster_policy, safety, now):
+        return f"{recoveries} recovery action(s) due"
     return None
+
+
+def recoveries_possible(
+    due: list[NodeRecord],
+    records: dict[str, NodeRecord],
+    groups: dict[str, GroupContext],
+    cluster_policy: ClusterPolicy,
+    safety: SafetyState,
+    now: float,
+    check_active: bool | None = None,
+) -> int:
+    """How many of the `due` recoveries the gate would request or settle now (0: every one is held, so a step
+    that recovers them would change nothing)."""
+    if not due:
+        return 0
+    plan = gate_recovery(due, records, groups, cluster_policy, safety, now, None, check_active)
+    settled = [c for c, _ in plan.changes if c.state != NodeState.RECOVERY_DUE]
+    return sum(len(v) for v in plan.acts.values()) + len(settled)
 
 
 # -- recovery: the gate every reboot and replacement passes ---------------------------------------------------

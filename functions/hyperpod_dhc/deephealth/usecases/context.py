@@ -25,7 +25,7 @@ from hyperpod_dhc.deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeS
 from hyperpod_dhc.deephealth.domain.policy import ControllerConfig
 from hyperpod_dhc.deephealth.domain.readings import ClusterReadings
 from hyperpod_dhc.deephealth.domain.rounds import LEASE_TTL_S, RoundState
-from hyperpod_dhc.deephealth.domain.safety import due_recoveries, progress_possible
+from hyperpod_dhc.deephealth.domain.safety import due_recoveries, progress_possible, recoveries_possible
 from hyperpod_dhc.deephealth.evidence.rules import NO_OPERATOR_RULES, OperatorRules
 from hyperpod_dhc.deephealth.observability import logger
 
@@ -160,6 +160,14 @@ class Context:
     def due(self, view: ClusterView) -> list[NodeRecord]:
         """The nodes whose recovery is due now."""
         return due_recoveries(view.records.values(), view.groups, self.clock())
+
+    def recoverable(self, view: ClusterView, due: list[NodeRecord], check_active: bool | None = None) -> int:
+        """How many of the `due` recoveries the gate would let through now (0: all held)."""
+        cluster = view.info.name
+        policy = self.config().cluster_policy(cluster)
+        return recoveries_possible(
+            due, view.records, view.groups, policy, self.safety(view.info), self.clock(), check_active
+        )
 
     def progress(self, view: ClusterView) -> str | None:
         """What a round started now would do (None: nothing, so none is started)."""

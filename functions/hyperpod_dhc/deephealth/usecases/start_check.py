@@ -71,7 +71,10 @@ def start_check(ctx: Context, state: RoundState) -> RoundState:
         # after failing it?) is said once, and asked past once: HyperPod may merge or supersede; if it refuses,
         # the rounds wait for it to close (asking at every retry would only be refused again).
         note_look(ctx, view, None, [], active, now)
-        if holders := [r for r in ctx.due(view) if r.status == IN_PROGRESS]:
+        # Only when the gate lets one through: a held recovery (a budget of 0, say) would change nothing, and the
+        # round would go round Recover before check until the operation closed.
+        holders = [r for r in ctx.due(view) if r.status == IN_PROGRESS]
+        if holders and ctx.recoverable(view, holders, check_active=True):
             raise RecoveryFirst(f"{len(holders)} node(s) due for recovery may hold the operation on {state.cluster}")
         if not operation_overdue(view, active, now):
             raise ClusterBusy(f"a deep health check this round did not start is in progress on {state.cluster}")
