@@ -197,11 +197,14 @@ class Context:
         expired = meta.holder is not None and meta.lease_expires_at <= self.clock()
         return meta.seq + 1 if expired else meta.seq
 
-    def start_round(self, cluster: str) -> None:
-        """Make sure a round of `cluster` runs (the starter starts one unless one is live)."""
-        if self.starter is not None:
-            name = self.starter.ensure_round(cluster)
-            logger.info("round ensured", extra={"cluster": cluster, "round_id": name})
+    def start_round(self, cluster: str) -> str | None:
+        """Make sure a round of `cluster` runs (the starter starts one unless one is live); returns the round
+        holding the cluster's lease, if it has not expired (`live_round`, on the round item the start read)."""
+        if self.starter is None:
+            return self.live_round(cluster)
+        name, meta = self.starter.ensure_round(cluster)
+        logger.info("round ensured", extra={"cluster": cluster, "round_id": name})
+        return _live(meta, self.clock())
 
     def renew(self, state: RoundState) -> float:
         """Extend the round's lease (LeaseLost if another round holds it now); returns the time of the renewal."""
@@ -217,8 +220,7 @@ class Context:
 
     def live_round(self, cluster: str) -> str | None:
         """The round holding the cluster's lease, if its lease has not expired."""
-        meta = self.table.round_meta(cluster)
-        return meta.holder if meta.holder and meta.lease_expires_at > self.clock() else None
+        return _live(self.table.round_meta(cluster), self.clock())
 
     def cluster_names(self) -> list[str]:
         """The clusters operators see: those configured, or every registered one when all are watched."""
@@ -238,3 +240,8 @@ class Context:
             return self.view(cluster)
         except ClusterNotFound:
             return ClusterView(ClusterInfo(cluster, "", "", "Deleted", ""), {}, self.table.load_cluster(cluster))
+
+
+def _live(meta: RoundMeta, now: float) -> str | None:
+    """The round holding the lease in `meta`, if the lease has not expired by `now`."""
+    return meta.holder if meta.holder and meta.lease_expires_at > now else None

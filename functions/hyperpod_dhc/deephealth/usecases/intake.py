@@ -46,8 +46,7 @@ def _node_signal(ctx: Context, signal: NodeSignal) -> str:
         # when an event says something changed. So the event only wakes the cluster's round, or tells a live
         # one (note_change). A DescribeClusterNode per event would be one call per node, and a burst of 500
         # arrivals would meet SageMaker's throttling.
-        ctx.start_round(signal.cluster)
-        if ctx.live_round(signal.cluster) is None:
+        if ctx.start_round(signal.cluster) is None:
             ctx.table.note_change(signal.cluster, ctx.clock())
             return f"round woken: {signal.reason[:100]}"  # its Claim records the node
         # A live round lists the whole cluster only when its check looks finished: record the node now. A look

@@ -60,7 +60,7 @@ def reconcile_cluster(ctx: Context, cluster: str, trigger: str) -> str:
     # A live round observes this cluster on every poll, and its Claim round observes it fresh. The starter
     # checks that round really runs, and moves past it if it died holding the lease.
     live = trigger == "reconcile" and meta.holder and meta.lease_expires_at > ctx.clock()
-    if live and (ctx.starter is None or ctx.starter.ensure_round(cluster) == meta.holder):
+    if live and (ctx.starter is None or ctx.starter.ensure_round(cluster, meta)[0] == meta.holder):
         # Its polls observe its members; nodes that arrived since its last whole look are recorded here.
         look = record_arrivals(ctx, cluster, trigger, arrivals_look_gap(meta.arrival_noted_at, meta.arrivals_looked_at))
         return f"round {meta.holder} is live; {look.said}"
