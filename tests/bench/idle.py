@@ -103,6 +103,7 @@ class Units:
     write: float = 0.0
     node_records_read: int = 0
     records_by_function: Counter = field(default_factory=Counter)  # node records read, by the function reading
+    requests: Counter = field(default_factory=Counter)  # DynamoDB requests by operation (every function's)
 
 
 def _size(item: dict[str, Any]) -> int:
@@ -129,6 +130,7 @@ def count_dynamodb_units() -> Units:
 
     def after_call(parsed: dict[str, Any], model: Any, **_: Any) -> None:
         name = model.name
+        units.requests[name] += 1
         if name in ("GetItem", "Query", "BatchGetItem"):
             items = [parsed["Item"]] if "Item" in parsed else list(parsed.get("Items", []))
             items += [i for batch in parsed.get("Responses", {}).values() for i in batch]

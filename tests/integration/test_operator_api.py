@@ -90,6 +90,23 @@ def test_bad_requests_get_a_clear_4xx(harness, fake, method, path, body, query, 
     assert payload and ("message" in payload or "detail" in payload)
 
 
+@pytest.mark.controller_config({"clusters": "all"})
+def test_watching_every_cluster_a_cluster_is_known_once_registered(harness, fake):
+    """`clusters: all`: a cluster is known by its registry item (Reconcile writes it when it first looks at the
+    cluster), asked of that item alone, not of the whole registry: 404 before, its groups after."""
+    from hyperpod_dhc.deephealth.adapters.node_table import NodeTable
+    from tests.harness.engine import TABLE_NAME
+
+    harness._next_reconcile = float("inf")  # no Reconcile: the registry holds only what this test writes
+    fake.create_cluster("demo", [GroupSpec("gpu", count=1)])
+    status, body = harness.api("GET", "/clusters/demo/groups")
+    assert status == 404 and "not watched" in body["message"], body
+    NodeTable(TABLE_NAME).register_cluster("demo", recorded_at=None)
+    status, body = harness.api("GET", "/clusters/demo/groups")
+    assert status == 200 and "groups" in body, body
+    assert harness.api("GET", "/clusters/other/groups")[0] == 404
+
+
 @pytest.mark.controller_config(CONFIG)
 def test_on_demand_check_from_request_to_verdict(harness, fake):
     fake.create_cluster("demo", [GroupSpec("gpu", count=4)])

@@ -8,6 +8,7 @@ cluster's instance role would (the API's resource policy lets that principal thr
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 import pytest
 
@@ -473,12 +474,21 @@ class _IdleSlurm(FakeLock):
         self.updates.append((list(nodes), list(args)))
 
 
-@pytest.mark.controller_config({"clusters": ["demo"]})
-def test_an_idle_bridge_pass_reads_no_node_record_however_large_the_cluster(harness, fake):
+@pytest.mark.parametrize(
+    "watched",
+    [
+        pytest.param("named", marks=pytest.mark.controller_config({"clusters": ["demo"]})),
+        pytest.param("all", marks=pytest.mark.controller_config({"clusters": "all"})),
+    ],
+)
+def test_an_idle_bridge_pass_reads_no_node_record_however_large_the_cluster(harness, fake, watched):
     """With nothing changed since its last document, a bridge pass reads O(changed) = 0 node records, counted at
     DynamoDB's boundary: the state route answers `unchanged` from the table's index (one key at most) and the
-    bridge reports no occupancy (no node waits for a check, no claim changed). A change is seen on the next pass,
-    which reads that record (the API's warm Lambda holds the others), and then nothing again."""
+    bridge reports no occupancy (no node waits for a check, no claim changed). Three requests in all, whether the
+    controller watches named clusters or all of them: the registry item (is the cluster watched, who holds the
+    fence), its `seen_at` refresh, the index; not the whole registry, not what the cluster was seen to do. A change
+    is seen on the next pass, which reads that record (the API's warm Lambda holds the others), and then nothing
+    again."""
     from hyperpod_dhc.deephealth.adapters.node_table import SAVE_MARGIN_S, NodeTable
     from hyperpod_dhc.hpdhc.document import Memory
     from hyperpod_dhc.hpdhc.sync import sync_once
@@ -513,7 +523,9 @@ def test_an_idle_bridge_pass_reads_no_node_record_however_large_the_cluster(harn
     assert results[-1].failure == 0 and len(results[-1].reported) == size  # a run's first pass: every node, once
     for _ in range(10):  # ten idle passes, a sync interval apart
         harness.advance(SYNC_INTERVAL_S)
+        before = units.requests.copy()
         assert records_read_by(lambda: results.append(sync())) == 0  # the index said nothing changed
+        assert units.requests - before == Counter(GetItem=1, UpdateItem=1, Query=1), units.requests - before
         idle = results[-1]
         assert idle.failure == 0 and idle.reported == [] and not idle.errors and not slurm.updates, idle
     # One node changes (a re-check queued): the next pass gets the whole document and reports that node only.

@@ -63,6 +63,7 @@ class Registration:
 
     recorded_at: float | None = None
     lease: BridgeLease = field(default_factory=BridgeLease)
+    registered: bool = False  # the item exists: the cluster is one `registered_clusters` lists
 
 
 @dataclass
@@ -291,7 +292,7 @@ class NodeTable(RoundItem):
             fence=int(item.get("fence", 0)),
             seen_at=float(item["bridge_seen_at"]) if "bridge_seen_at" in item else None,
         )
-        return Registration(float(item["recorded_at"]) if "recorded_at" in item else None, lease)
+        return Registration(float(item["recorded_at"]) if "recorded_at" in item else None, lease, bool(item))
 
     @aws.translated
     def write_bridge_lease(self, cluster: str, read: BridgeLease, lease: BridgeLease) -> bool:

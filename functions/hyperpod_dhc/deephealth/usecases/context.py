@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hyperpod_dhc.deephealth.adapters.hyperpod import ClusterInfo, HyperPod
-from hyperpod_dhc.deephealth.adapters.node_table import NodeTable
+from hyperpod_dhc.deephealth.adapters.node_table import NodeTable, Registration
 from hyperpod_dhc.deephealth.adapters.notifications import Notifier
 from hyperpod_dhc.deephealth.adapters.result_logs import ResultLogs
 from hyperpod_dhc.deephealth.adapters.round_item import RoundMeta
@@ -124,15 +124,7 @@ class Context:
         """The cluster as HyperPod describes it, with its groups' policies and (unless not asked) its records."""
         info = self.describe(cluster, fresh)
         config = self.config()
-        groups = {
-            name: GroupContext(
-                policy=config.policy_for(cluster, name),
-                worker=g.worker,
-                on_start_checks=g.on_start_checks,
-                rules=config.result_rules(cluster, name),
-            )
-            for name, g in info.groups.items()
-        }
+        groups = self.groups(cluster, info)
         readings = self.readings(info)
         now = self.clock()
         groups = {
@@ -149,6 +141,20 @@ class Context:
         view = ClusterView(info, groups, current, previous=previous, readings=readings, complete=load_records)
         view.foreign_rules = config.result_rules(cluster, None)
         return view
+
+    def groups(self, cluster: str, info: ClusterInfo) -> dict[str, GroupContext]:
+        """The cluster's groups with their policies and result rules; not what the cluster was seen to do (the
+        settle and revisit times `view` adds from its readings)."""
+        config = self.config()
+        return {
+            name: GroupContext(
+                policy=config.policy_for(cluster, name),
+                worker=g.worker,
+                on_start_checks=g.on_start_checks,
+                rules=config.result_rules(cluster, name),
+            )
+            for name, g in info.groups.items()
+        }
 
     def readings(self, info: ClusterInfo) -> ClusterReadings:
         """What the cluster was seen to do; a cluster recreated under the same name starts afresh."""
@@ -227,9 +233,15 @@ class Context:
         config = self.config()
         return sorted(set(config.clusters) if config.clusters != "all" else set(self.table.registered_clusters()))
 
-    def known_cluster(self, cluster: str) -> None:
-        """ClusterNotFound unless operators may see `cluster`."""
-        if cluster not in self.cluster_names():
+    def known_cluster(self, cluster: str, registration: Registration | None = None) -> None:
+        """ClusterNotFound unless operators may see `cluster` (one of `cluster_names`). With every cluster watched,
+        its registry item says it (`registration`: as the caller just read it), not a read of the whole registry."""
+        config = self.config()
+        if config.clusters != "all":
+            known = cluster in config.clusters
+        else:
+            known = (registration or self.table.registration(cluster)).registered
+        if not known:
             raise ClusterNotFound(f"cluster {cluster} is not watched by this controller")
 
     def shown(self, cluster: str) -> ClusterView:

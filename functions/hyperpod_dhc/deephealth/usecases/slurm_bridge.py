@@ -75,10 +75,10 @@ def slurm_state(
 
     `status` is what the bridge says of itself (every page): every answer carries the cluster's `fence` and whether
     this bridge holds it (`holder`); a pass's first page counts the holder's status as metrics."""
-    ctx.known_cluster(cluster)
+    registration = ctx.table.registration(cluster)
+    ctx.known_cluster(cluster, registration)
     now = ctx.clock()
     status = status or BridgeStatus()
-    registration = ctx.table.registration(cluster)
     fence, holder = _fence(ctx, cluster, registration.lease, status, now)
     if after is None and (holder or status.bridge is None):  # a bridge that is not the holder applies nothing
         _count_status(cluster, status, now)
@@ -185,12 +185,12 @@ def _digest(cluster_id: str, isolating: set[str], adopting: set[str], complete: 
 
 def _unchanged(ctx: Context, cluster: str, since: float, digest: str, complete: bool) -> dict[str, Any] | None:
     """The answer that the bridge's document still holds, or None when it may not."""
-    try:
-        view = ctx.view(cluster, load_records=False)
+    try:  # the groups' settings, not what the cluster was seen to do: the document depends on nothing else
+        info = ctx.describe(cluster)
     except ClusterNotFound:
         return None  # what the cluster left: the whole document says it
-    isolating, adopting = _settings(view.groups)
-    if _digest(view.info.cluster_id, isolating, adopting, complete) != digest:
+    isolating, adopting = _settings(ctx.groups(cluster, info))
+    if _digest(info.cluster_id, isolating, adopting, complete) != digest:
         return None
     if ctx.table.changed_since(cluster, since - SAVE_MARGIN_S):
         return None
