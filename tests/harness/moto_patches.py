@@ -22,7 +22,9 @@
     a session (moto gives each mock its own default session and Powertools makes a session per provider: the
     SageMaker model alone took a tenth of an integration test), and the interpreter's Lambda tasks share one client
     a harness instead of building one a task; moto finds a response class's methods once, not once a request, and
-    its SNS signs with one key a process, not one a subscription. Python's cycle collector runs less often
+    its SNS signs with one key a process, not one a subscription; its SQS reads a queue's retention period alone,
+    not every attribute of the queue once per message received (draining the notifications queue was quadratic in
+    the notifications). Python's cycle collector runs less often
     (`GC_THRESHOLDS`): a twin run's heap is moto's backends and botocore's models, collected over and over for a
     fourteenth of a fidelity variant. moto's DynamoDB Query and JSON serializer at fleet scale:
     `tests/harness/moto_dynamodb.py`; the request path (no signature, a URL's handler found once, the werkzeug
@@ -56,8 +58,10 @@ from botocore.awsrequest import AWSPreparedRequest, AWSResponse
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.core import responses as moto_responses
 from moto.core.botocore_stubber import BotocoreStubber, MockRawResponse
+from moto.core.utils import unix_time
 from moto.logs import models as logs_models
 from moto.sns.models import Subscription
+from moto.sqs.models import Message, SQSBackend
 from moto.stepfunctions.parser.asl.component.common.retry import jitter_strategy_decl, retrier_decl
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from moto.stepfunctions.parser.asl.component.state.wait.wait_function import wait_function
@@ -259,6 +263,15 @@ def _signing_key(subscription: Subscription) -> Any:
     return _ONE_KEY()
 
 
+def _retained(self: SQSBackend, queue_name: str, message: Message) -> bool:
+    """moto's `is_message_valid_based_on_retention_period`, reading the queue's retention period alone: moto built
+    every attribute of the queue three times (counting its messages each time) for each message a receive returned,
+    so draining the harness's notifications queue took time quadratic in the notifications."""
+    queue: Any = self.get_queue(queue_name)  # moto sets a queue's attributes by name
+    sent_ms: Any = message.sent_timestamp  # set when the message is sent (moto types it optional)
+    return bool(queue.message_retention_period + sent_ms / 1000 > unix_time())
+
+
 def _one_client_a_service() -> Callable[..., Any]:
     """moto's `boto_client_for`, one client a (region, service): its credentials are moto's own placeholders."""
     build = lambda_eval_utils.boto_client_for
@@ -298,6 +311,7 @@ def patched(
             moto_responses, "method_names_from_class", functools.cache(moto_responses.method_names_from_class)
         ),
         mock.patch.object(Subscription, "private_key", _signing_key),
+        mock.patch.object(SQSBackend, "is_message_valid_based_on_retention_period", _retained),
         _collected_less_often(),
         moto_requests.faster_requests(),
         moto_dynamodb.faster_queries(),

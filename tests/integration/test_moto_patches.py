@@ -564,6 +564,36 @@ def test_timestamps_parse_to_the_same_instants_in_one_local_zone_and_gc_threshol
     assert patched[0].tzinfo is patched[1].tzinfo
 
 
+def test_a_queue_keeps_what_its_retention_period_keeps_as_moto_does():
+    """moto_patches: SQS reads a queue's retention period alone, not its every attribute per message received; a
+    receive answers the same messages as moto, and one older than the period ends it as moto's does."""
+    import boto3
+    from moto import mock_aws
+    from moto.sqs.models import SQSBackend
+
+    from tests.harness import moto_patches
+
+    def bodies(patch: bool) -> list[list[str]]:
+        with mock_aws(), moto_patches.patched(on_wait=lambda s: None) if patch else contextlib.nullcontext():
+            sqs = boto3.client("sqs", region_name="us-east-1")
+            url = sqs.create_queue(QueueName="q", Attributes={"MessageRetentionPeriod": "60"})["QueueUrl"]
+            for i in range(12):
+                sqs.send_message(QueueUrl=url, MessageBody=f"m{i}")
+            with mock.patch("moto.sqs.models.unix_time_millis", return_value=1_000_000):  # sent long ago
+                sqs.send_message(QueueUrl=url, MessageBody="old")
+            pages = []
+            while got := sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages"):
+                pages.append([m["Body"] for m in got])
+                for m in got:
+                    sqs.delete_message(QueueUrl=url, ReceiptHandle=m["ReceiptHandle"])
+            return pages
+
+    assert "get_queue_attributes" in inspect.getsource(SQSBackend.is_message_valid_based_on_retention_period)
+    pages = bodies(patch=True)
+    assert pages == bodies(patch=False)
+    assert pages == [[f"m{i}" for i in range(10)], ["m10", "m11"]]  # "old" ends its receive, unreturned
+
+
 def test_a_program_and_a_json_path_parsed_once_hold_no_execution_state(controller_template):
     """tests/harness/moto_stepfunctions.py shares one parsed program among executions running at once: only Map
     and Parallel components keep state of their own, and the workflow has neither; and it caches the parses the
