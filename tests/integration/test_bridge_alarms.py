@@ -183,3 +183,29 @@ def test_reconcile_says_a_star_bridge_went_silent(world, alarms):
     assert alarms("slurm-bridge-silent") == {"slurm-bridge-silent": ALARM}
     sync(world, "other", 2, slurmctld="ok")  # it is back: the next runs say 0
     assert alarms("slurm-bridge-silent") == {"slurm-bridge-silent": OK}
+
+
+def test_reconcile_reads_every_bridge_lease_with_its_one_look_at_the_registry(world, alarms, monkeypatch):
+    """Reconcile's pass reads the registry once (a Query: every cluster's item, its bridge lease in it) and says
+    each holder's silence from that, not from each cluster's item read again."""
+    from hyperpod_dhc.deephealth.adapters.node_table import NodeTable
+    from tests.harness import moto_patches
+
+    sync(world, "demo", 1, slurmctld="ok")  # both clusters registered, each with a bridge holding its fence
+    sync(world, "other", 1, bridge=OTHER_BRIDGE, slurmctld="ok")
+    reads: list[tuple[str | None, str]] = []
+    read = NodeTable.registration
+
+    def counted(self, cluster):
+        reads.append((moto_patches.current_function(), cluster))
+        return read(self, cluster)
+
+    monkeypatch.setattr(NodeTable, "registration", counted)
+    stopped = world.clock.now()
+    world.advance(SILENT_S + 2 * PERIOD_S)  # Reconcile runs every 5 minutes meanwhile; no bridge pulls
+    assert world.clock.now() - stopped > SILENT_S + PERIOD_S
+    assert alarms("slurm-bridge-silent", "slurm-bridge-silent-demo") == {
+        "slurm-bridge-silent": ALARM,
+        "slurm-bridge-silent-demo": ALARM,
+    }
+    assert not [cluster for function, cluster in reads if function and "Reconcile" in function], reads

@@ -286,13 +286,9 @@ class NodeTable(RoundItem):
     @aws.translated
     def registration(self, cluster: str) -> Registration:
         """The cluster's registry item, read consistently (the bridge's fence is decided on it)."""
-        item = self.t.get_item(Key={"pk": REGISTRY_PK, "sk": cluster}, ConsistentRead=True).get("Item") or {}
-        lease = BridgeLease(
-            holder=item.get("bridge_holder"),
-            fence=int(item.get("fence", 0)),
-            seen_at=float(item["bridge_seen_at"]) if "bridge_seen_at" in item else None,
+        return _registration(
+            self.t.get_item(Key={"pk": REGISTRY_PK, "sk": cluster}, ConsistentRead=True).get("Item") or {}
         )
-        return Registration(float(item["recorded_at"]) if "recorded_at" in item else None, lease, bool(item))
 
     @aws.translated
     def write_bridge_lease(self, cluster: str, read: BridgeLease, lease: BridgeLease) -> bool:
@@ -313,13 +309,18 @@ class NodeTable(RoundItem):
             )
         )
 
-    @aws.translated
     def registered_clusters(self) -> list[str]:
-        out: list[str] = []
+        return list(self.registrations())
+
+    @aws.translated
+    def registrations(self) -> dict[str, Registration]:
+        """Every registered cluster's registry item, by cluster (one Query, not read consistently: for a pass over
+        the clusters, not for deciding a fence)."""
+        out: dict[str, Registration] = {}
         kwargs: dict[str, Any] = {"KeyConditionExpression": Key("pk").eq(REGISTRY_PK)}
         while True:
             page = self.t.query(**kwargs)
-            out += [i["sk"] for i in page.get("Items", [])]
+            out |= {str(i["sk"]): _registration(i) for i in page.get("Items", [])}
             if "LastEvaluatedKey" not in page:
                 return out
             kwargs["ExclusiveStartKey"] = page["LastEvaluatedKey"]
@@ -327,6 +328,16 @@ class NodeTable(RoundItem):
     @aws.translated
     def unregister_cluster(self, cluster: str) -> None:
         self.t.delete_item(Key={"pk": REGISTRY_PK, "sk": cluster})
+
+
+def _registration(item: dict[str, Any]) -> Registration:
+    """A cluster's registry item ({}: none)."""
+    lease = BridgeLease(
+        holder=item.get("bridge_holder"),
+        fence=int(item.get("fence", 0)),
+        seen_at=float(item["bridge_seen_at"]) if "bridge_seen_at" in item else None,
+    )
+    return Registration(float(item["recorded_at"]) if "recorded_at" in item else None, lease, bool(item))
 
 
 def _record(item: dict[str, Any]) -> NodeRecord:

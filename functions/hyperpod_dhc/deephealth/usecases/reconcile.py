@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from hyperpod_dhc.deephealth.adapters.node_table import Registration
 from hyperpod_dhc.deephealth.domain.errors import ClusterNotFound, ClusterNotSlurm
 from hyperpod_dhc.deephealth.domain.on_demand import due_for_revalidation, queue_revalidations
 from hyperpod_dhc.deephealth.domain.quiet_sweep import arrivals_look_gap, news, probe_after, resting
@@ -23,18 +24,19 @@ CLOSING_STATUSES = frozenset({"Deleting", "Failed"})
 def reconcile(ctx: Context) -> dict[str, str]:
     """Level-triggered pass over every configured cluster (and every cluster we hold records for)."""
     config = ctx.config()
-    names = set(ctx.table.registered_clusters())
+    registry = ctx.table.registrations()  # read once for the pass: each cluster's bridge lease comes with it
+    names = set(registry)
     names |= set(ctx.hyperpod.list_cluster_names() if config.clusters == "all" else config.clusters)
     results = {}
     for name in sorted(n for n in names if config.watches(n)):
         try:
-            results[name] = reconcile_cluster(ctx, name, trigger="reconcile")
+            results[name] = reconcile_cluster(ctx, name, trigger="reconcile", registration=registry.get(name))
         except Exception as err:  # one broken cluster must not starve the others
             logger.exception("reconcile failed", extra={"cluster": name})
             metrics.add_metric(name="ReconcileErrors", unit=MetricUnit.Count, value=1)
             results[name] = f"error: {type(err).__name__}"
         try:  # neither the pulls (there are none) nor the round can see a bridge go silent: this look can
-            bridge_silence(ctx, name)
+            bridge_silence(ctx, name, registry.get(name))
         except Exception:
             logger.exception("bridge liveness look failed", extra={"cluster": name})
             metrics.add_metric(name="ReconcileErrors", unit=MetricUnit.Count, value=1)
@@ -53,9 +55,10 @@ def quiet(ctx: Context, view: ClusterView) -> bool:
     return not found
 
 
-def reconcile_cluster(ctx: Context, cluster: str, trigger: str) -> str:
+def reconcile_cluster(ctx: Context, cluster: str, trigger: str, registration: Registration | None = None) -> str:
     """Observe one cluster afresh (unless a live round does), queue what is due for revalidation, and start
-    a round if one could change something; returns the cluster's node counts by state, for the log."""
+    a round if one could change something; returns the cluster's node counts by state, for the log.
+    `registration`: the cluster's registry item as the caller read it (else it is read here, when needed)."""
     meta = ctx.table.round_meta(cluster)
     # A live round observes this cluster on every poll, and its Claim round observes it fresh. The starter
     # checks that round really runs, and moves past it if it died holding the lease.
@@ -79,7 +82,7 @@ def reconcile_cluster(ctx: Context, cluster: str, trigger: str) -> str:
     if view.info.status in CLOSING_STATUSES:
         return close_cluster(ctx, cluster, f"cluster {view.info.status}", trigger)
     # Revalidation: passed nodes gone stale, queued in service while the cluster's bridge reports occupancy.
-    seen_at = ctx.table.registration(cluster).lease.seen_at
+    seen_at = (registration or ctx.table.registration(cluster)).lease.seen_at
     stale = due_for_revalidation(view.records, view.groups, ctx.clock(), seen_at)
     for saved in save_and_announce(ctx, queue_revalidations(view.records, stale, ctx.clock())):
         view.records[saved.key] = saved

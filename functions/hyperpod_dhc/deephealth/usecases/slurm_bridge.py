@@ -22,7 +22,7 @@ import hashlib
 import json
 from typing import Any
 
-from hyperpod_dhc.deephealth.adapters.node_table import SAVE_MARGIN_S
+from hyperpod_dhc.deephealth.adapters.node_table import SAVE_MARGIN_S, Registration
 from hyperpod_dhc.deephealth.domain.bridge_fence import (
     BEHIND_METRIC,
     ERRORS_METRIC,
@@ -160,11 +160,12 @@ def _count_status(cluster: str, status: BridgeStatus, now: float) -> None:
         bridge_metric(ERRORS_METRIC, cluster, status.errors)
 
 
-def bridge_silence(ctx: Context, cluster: str) -> float | None:
+def bridge_silence(ctx: Context, cluster: str, registration: Registration | None = None) -> float | None:
     """Reconcile's look at a cluster's bridge: `SlurmBridgeSilent` 1 when the bridge holding the fence has not
     pulled for SILENT_S, else 0 (per cluster and stack-wide: a bridge under `"*"` has no per-cluster alarm on its
-    pulls). A cluster no bridge ever identified itself for gets nothing. Returns the silence, in seconds."""
-    silent = silent_for(ctx.table.registration(cluster).lease, ctx.clock())
+    pulls). A cluster no bridge ever identified itself for gets nothing. Returns the silence, in seconds.
+    `registration`: the cluster's registry item as Reconcile's pass read it (else it is read here)."""
+    silent = silent_for((registration or ctx.table.registration(cluster)).lease, ctx.clock())
     if silent is not None:
         bridge_metric(SILENT_METRIC, cluster, int(silent > SILENT_S))
     return silent
