@@ -213,8 +213,8 @@ def test_a_busy_report_the_bridge_stopped_refreshing_holds_a_node_back_no_longer
     record = harness.records("demo")[held]
     last_report = record.slurm_busy_at
     assert record.slurm_busy is True and last_report is not None and bridge.reports
-    # No round runs for a node that only waits for a job (safety.progress_possible): Reconcile's next pass after
-    # the report went stale starts the one that claims it.
+    # No round runs for a node that only waits for a job (round_admission.progress_possible): Reconcile's next pass
+    # after the report went stale starts the one that claims it.
     assert last_report + BUSY_FRESH_S < claimed_at(record) <= last_report + BUSY_FRESH_S + RECONCILE_S + SYNC_INTERVAL_S
 
 

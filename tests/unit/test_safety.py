@@ -11,13 +11,13 @@ from hyperpod_dhc.deephealth.domain.nodes import Action, ActionEntry, NodeRecord
 from hyperpod_dhc.deephealth.domain.observe import Observation, observe
 from hyperpod_dhc.deephealth.domain.policy import Breaker, Budget, ClusterPolicy, GroupPolicy, Lemon, NodeRecovery
 from hyperpod_dhc.deephealth.domain.recovery import apply_verdict, due_action, plan_recovery
+from hyperpod_dhc.deephealth.domain.round_admission import admit_to_round
 from hyperpod_dhc.deephealth.domain.safety import (
     HOLD_BREAKER,
     HOLD_CAPACITY,
     HOLD_CLUSTER_BUDGET,
     HOLD_GROUP_BUDGET,
     HOLD_OUT_OF_SERVICE,
-    admit_to_round,
     gate_recovery,
     release_holds,
 )
@@ -304,7 +304,7 @@ def test_a_refused_action_is_taken_back_from_attempts_and_budget():
 
 # -- issue 11, defect 3: no round is chained (or started) that could change nothing ------------------------------
 def test_a_replacement_budget_of_zero_holds_the_node_and_no_round_could_progress():
-    from hyperpod_dhc.deephealth.domain.safety import progress_possible
+    from hyperpod_dhc.deephealth.domain.round_admission import progress_possible
 
     ctx = groups(recovery="replace", replace_budget=Budget(max_nodes=0))
     due = node("a", action=Action.REPLACE)
@@ -316,7 +316,7 @@ def test_a_replacement_budget_of_zero_holds_the_node_and_no_round_could_progress
 
 
 def test_a_full_out_of_service_cap_with_queued_in_service_nodes_is_no_progress():
-    from hyperpod_dhc.deephealth.domain.safety import progress_possible
+    from hyperpod_dhc.deephealth.domain.round_admission import progress_possible
 
     ctx = groups(max_out_of_service_pct=10)
     busy = node("busy", state=NodeState.RECOVERING, outcomes=passed())

@@ -13,6 +13,7 @@ from hyperpod_dhc.deephealth.domain.nodes import (
     revalidation_queued_at,
     transition,
 )
+from hyperpod_dhc.deephealth.domain.round_admission import admit_to_round
 from hyperpod_dhc.deephealth.domain.rounds import (
     LEASE_TTL_S,
     RoundState,
@@ -24,7 +25,6 @@ from hyperpod_dhc.deephealth.domain.rounds import (
     split_dry_run,
     wake_for,
 )
-from hyperpod_dhc.deephealth.domain.safety import admit_to_round
 from hyperpod_dhc.deephealth.domain.slurm import (
     BUSY_FRESH_S,
     deferred_too_long,

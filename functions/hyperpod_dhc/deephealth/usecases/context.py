@@ -24,8 +24,8 @@ from hyperpod_dhc.deephealth.domain.group_context import GroupContext
 from hyperpod_dhc.deephealth.domain.nodes import NodeRecord, NodeSnapshot, NodeState
 from hyperpod_dhc.deephealth.domain.policy import ControllerConfig
 from hyperpod_dhc.deephealth.domain.readings import ClusterReadings
+from hyperpod_dhc.deephealth.domain.round_admission import due_recoveries, progress_possible, recoveries_possible
 from hyperpod_dhc.deephealth.domain.rounds import LEASE_TTL_S, RoundState
-from hyperpod_dhc.deephealth.domain.safety import due_recoveries, progress_possible, recoveries_possible
 from hyperpod_dhc.deephealth.evidence.rules import NO_OPERATOR_RULES, OperatorRules
 from hyperpod_dhc.deephealth.observability import logger
 
